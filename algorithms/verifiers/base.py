@@ -1,0 +1,130 @@
+"""The verifier contract every speculative-decoding verifier in specjax follows.
+
+A verifier turns (draft blocks, the draft laws they were sampled from, the target laws at every
+drafted prefix, a key) into the emitted tokens. Keeping it a pure function on probability arrays
+is what lets the same file run inside the jitted decode loop and be checked against its float64
+exact law (``algorithms.exact``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+PyTree = Any
+
+# Probability arrays must sum to 1 within this tolerance when values are checked (float32 laws
+# produced by a softmax over 150k logits are only accurate to ~1e-5).
+PROB_ATOL = 1e-3
+
+
+class Verdict(NamedTuple):
+    """What one verification step emits.
+
+    ``tokens`` holds the accepted draft prefix followed by exactly one extra token (a correction
+    from a residual, or a bonus from the target after a full block), padded with -1.
+    """
+
+    tokens: Int[Array, "L+1"]
+    num_emitted: Int[Array, ""]  # tau + 1, in [1, L + 1]
+    draft_index: Int[Array, ""]  # draft whose prefix was accepted (0 when tau == 0)
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Frozen, hashable dataclass: static under ``jax.jit``."""
+
+    lossless: bool  # claims the exact target law; checked by tests, never assumed
+    max_drafts: int | None  # 1 for single-draft verifiers, None for any K
+
+    def init_state(self, L: int, V: int) -> PyTree: ...
+
+    def __call__(
+        self,
+        key: Array,
+        drafts: Int[Array, "K L"],
+        q: Float[Array, "K L V"],
+        p: Float[Array, "K L+1 V"],
+        state: PyTree,
+    ) -> tuple[Verdict, PyTree]: ...
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def validate_inputs(verifier, drafts, q, p, *, check_values: bool = True) -> tuple[int, int, int]:
+    """Raise one clear ``ValueError`` for malformed verifier inputs; return (K, L, V).
+
+    Shapes are static, so this runs at trace time (outside jit) and costs nothing in the loop.
+    Values are checked only on concrete arrays: inside jit they are tracers and checking would
+    need a host round trip.
+    """
+    name = type(verifier).__name__
+    if drafts.ndim != 2:
+        raise ValueError(f"{name}: drafts must have shape [K, L], got {tuple(drafts.shape)}")
+    K, L = drafts.shape
+    if K < 1 or L < 1:
+        raise ValueError(f"{name}: drafts must have K >= 1 and L >= 1, got K={K}, L={L}")
+    if q.ndim != 3 or q.shape[:2] != (K, L):
+        raise ValueError(f"{name}: q must have shape [K={K}, L={L}, V], got {tuple(q.shape)}")
+    V = q.shape[2]
+    if p.shape != (K, L + 1, V):
+        raise ValueError(
+            f"{name}: p must have shape [K={K}, L+1={L + 1}, V={V}], got {tuple(p.shape)}"
+        )
+    if verifier.max_drafts is not None and K > verifier.max_drafts:
+        raise ValueError(
+            f"{name}: K={K} drafts given but this verifier takes at most "
+            f"max_drafts={verifier.max_drafts}"
+        )
+    if check_values and all(_is_concrete(a) for a in (drafts, q, p)):
+        d = np.asarray(drafts)
+        if d.min() < 0 or d.max() >= V:
+            raise ValueError(f"{name}: drafts must be token ids in [0, V={V})")
+        for label, a in (("q", np.asarray(q)), ("p", np.asarray(p))):
+            if (a < 0).any():
+                raise ValueError(f"{name}: {label} has negative probabilities")
+            err = np.abs(a.sum(-1) - 1.0).max()
+            if err > PROB_ATOL:
+                raise ValueError(
+                    f"{name}: {label} rows must sum to 1 (max deviation {err:.2e} > {PROB_ATOL})"
+                )
+    return K, L, V
+
+
+def safe_ratio(num: Array, den: Array) -> Array:
+    """min(1, num/den) with the block-verification convention: 1 where den == 0 or num >= den."""
+    return jnp.where(num >= den, 1.0, num / jnp.where(den > 0, den, 1.0))
+
+
+def residual(weighted_target: Float[Array, "V"], draft: Float[Array, "V"],
+             fallback: Float[Array, "V"]) -> Float[Array, "V"]:
+    """norm(max(weighted_target - draft, 0)), or ``fallback`` when that has no mass.
+
+    Zero residual mass only happens on probability-0 branches, where any law is correct; the
+    fallback keeps the sample well defined instead of producing NaN.
+    """
+    r = jnp.maximum(weighted_target - draft, 0.0)
+    s = r.sum()
+    return jnp.where(s > 0, r / jnp.where(s > 0, s, 1.0), fallback)
+
+
+def sample(key: Array, probs: Float[Array, "V"]) -> Int[Array, ""]:
+    """Draw a token from a probability vector (zeros are never drawn)."""
+    logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
+    return jax.random.categorical(key, logits).astype(jnp.int32)
+
+
+def emit(accepted: Int[Array, "L"], tau: Int[Array, ""], extra: Int[Array, ""],
+         draft_index: Int[Array, ""]) -> Verdict:
+    """Assemble a Verdict: accepted[:tau], then ``extra`` at index tau, then -1 padding."""
+    L = accepted.shape[0]
+    idx = jnp.arange(L + 1)
+    padded = jnp.concatenate([accepted.astype(jnp.int32), jnp.zeros((1,), jnp.int32)])
+    tokens = jnp.where(idx < tau, padded, jnp.where(idx == tau, extra, -1)).astype(jnp.int32)
+    return Verdict(tokens, (tau + 1).astype(jnp.int32), jnp.asarray(draft_index, jnp.int32))
