@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -101,7 +101,7 @@ def random_pair(V: int, seed: int, concentration: float = 1.0) -> tuple[ToyModel
             DirichletModel(V, 900 + seed, concentration))
 
 
-@lru_cache(maxsize=None)
+@cache
 def adversarial_pairs(V: int) -> dict[str, tuple[ToyModel, ToyModel]]:
     """Edge cases where sloppy 0/0 handling or residuals go wrong. Needs V >= 2."""
     evens = tuple(range(0, V, 2))

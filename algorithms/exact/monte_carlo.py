@@ -75,7 +75,8 @@ def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int
     keys = jax.random.split(jax.random.key(seed), n)
     rows = np.concatenate([np.asarray(run(keys[i:i + chunk])) for i in range(0, n, chunk)])
     uniq, counts = np.unique(rows, axis=0, return_counts=True)
-    return {tuple(int(t) for t in row if t >= 0): int(c) for row, c in zip(uniq, counts)}
+    return {tuple(int(t) for t in row if t >= 0): int(c)
+            for row, c in zip(uniq, counts, strict=True)}
 
 
 @dataclass(frozen=True)

@@ -1,35 +1,62 @@
 """Verifier registry: the name a config or test uses -> the frozen dataclass implementing it.
 
 Hydra configs instantiate verifiers through ``_target_``; this registry serves Python users and
-tests that want ``get_verifier("block")`` without a config.
+tests that want ``get_verifier("block")`` without a config. Entries are import paths, resolved on
+first use, so one verifier file never has to import all the others.
 """
 
 from __future__ import annotations
 
-from algorithms.verifiers.base import Verdict, Verifier, validate_inputs
-from algorithms.verifiers.token import TokenVerifier
+import importlib
+import importlib.util
 
-_REGISTRY: dict[str, type] = {
-    "token": TokenVerifier,
+from algorithms.verifiers.base import Verdict, Verifier, validate_inputs
+
+# name -> "module:Class"
+_REGISTRY: dict[str, str] = {
+    "token": "algorithms.verifiers.token:TokenVerifier",
+    "block": "algorithms.verifiers.block:BlockVerifier",
+    "greedy_block": "algorithms.verifiers.greedy_block:GreedyBlockVerifier",
+    "specinfer": "algorithms.verifiers.specinfer:SpecInferVerifier",
+    "spectr": "algorithms.verifiers.spectr:SpecTrVerifier",
+    "spectr_gbv": "algorithms.verifiers.spectr_gbv:SpecTrGBVVerifier",
+    "multipath_block": "algorithms.verifiers.multipath_block:MultiPathBlockVerifier",
+    "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
 }
 
 
-def register(name: str, cls: type) -> None:
-    """Add a verifier class under ``name`` (for verifiers defined outside this package)."""
-    _REGISTRY[name] = cls
+def register(name: str, target: str | type) -> None:
+    """Add a verifier under ``name``: a class, or a "module:Class" import path."""
+    if not isinstance(target, str):
+        target = f"{target.__module__}:{target.__name__}"
+    _REGISTRY[name] = target
+
+
+def _available(path: str) -> bool:
+    return importlib.util.find_spec(path.split(":")[0]) is not None
 
 
 def list_verifiers() -> list[str]:
-    return sorted(_REGISTRY)
+    """Names of the verifiers whose implementation is present."""
+    return sorted(n for n, path in _REGISTRY.items() if _available(path))
+
+
+def verifier_class(name: str) -> type:
+    if name not in _REGISTRY or not _available(_REGISTRY[name]):
+        raise ValueError(f"verifier: unknown name {name!r}; allowed: {', '.join(list_verifiers())}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def get_verifier(name: str, **options) -> Verifier:
-    if name not in _REGISTRY:
-        raise ValueError(f"verifier: unknown name {name!r}; allowed: {', '.join(list_verifiers())}")
+    cls = verifier_class(name)
     try:
-        return _REGISTRY[name](**options)
+        return cls(**options)
     except TypeError as e:
         raise ValueError(f"verifier {name!r}: bad options {options}: {e}") from None
 
 
-__all__ = ["Verdict", "Verifier", "get_verifier", "list_verifiers", "register", "validate_inputs"]
+__all__ = [
+    "Verdict", "Verifier", "get_verifier", "list_verifiers", "register", "validate_inputs",
+    "verifier_class",
+]

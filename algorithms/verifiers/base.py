@@ -29,7 +29,7 @@ class Verdict(NamedTuple):
     from a residual, or a bonus from the target after a full block), padded with -1.
     """
 
-    tokens: Int[Array, "L+1"]
+    tokens: Int[Array, " L+1"]
     num_emitted: Int[Array, ""]  # tau + 1, in [1, L + 1]
     draft_index: Int[Array, ""]  # draft whose prefix was accepted (0 when tau == 0)
 
@@ -102,8 +102,8 @@ def safe_ratio(num: Array, den: Array) -> Array:
     return jnp.where(num >= den, 1.0, num / jnp.where(den > 0, den, 1.0))
 
 
-def residual(weighted_target: Float[Array, "V"], draft: Float[Array, "V"],
-             fallback: Float[Array, "V"]) -> Float[Array, "V"]:
+def residual(weighted_target: Float[Array, " V"], draft: Float[Array, " V"],
+             fallback: Float[Array, " V"]) -> Float[Array, " V"]:
     """norm(max(weighted_target - draft, 0)), or ``fallback`` when that has no mass.
 
     Zero residual mass only happens on probability-0 branches, where any law is correct; the
@@ -114,13 +114,13 @@ def residual(weighted_target: Float[Array, "V"], draft: Float[Array, "V"],
     return jnp.where(s > 0, r / jnp.where(s > 0, s, 1.0), fallback)
 
 
-def sample(key: Array, probs: Float[Array, "V"]) -> Int[Array, ""]:
+def sample(key: Array, probs: Float[Array, " V"]) -> Int[Array, ""]:
     """Draw a token from a probability vector (zeros are never drawn)."""
     logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
     return jax.random.categorical(key, logits).astype(jnp.int32)
 
 
-def emit(accepted: Int[Array, "L"], tau: Int[Array, ""], extra: Int[Array, ""],
+def emit(accepted: Int[Array, " L"], tau: Int[Array, ""], extra: Int[Array, ""],
          draft_index: Int[Array, ""]) -> Verdict:
     """Assemble a Verdict: accepted[:tau], then ``extra`` at index tau, then -1 padding."""
     L = accepted.shape[0]

@@ -32,9 +32,9 @@ class CausalLM(Protocol):
 
     def forward(
         self,
-        tokens: Int[Array, "N"],
-        positions: Int[Array, "N"],
-        slots: Int[Array, "N"],
+        tokens: Int[Array, " N"],
+        positions: Int[Array, " N"],
+        slots: Int[Array, " N"],
         mask: Bool[Array, "N S"],
         cache: Cache,
     ) -> tuple[Float[Array, "N V"], Cache]:
@@ -46,5 +46,5 @@ class CausalLM(Protocol):
           node also attends to all committed entries ``[0, cache.length)``; nothing else.
         """
 
-    def commit(self, cache: Cache, slots: Int[Array, "M"], n: Int[Array, ""]) -> Cache:
+    def commit(self, cache: Cache, slots: Int[Array, " M"], n: Int[Array, ""]) -> Cache:
         """Move scratch slots ``slots[:n]`` to committed positions ``length .. length+n-1``."""
