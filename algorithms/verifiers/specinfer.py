@@ -1,0 +1,112 @@
+"""SpecInfer multi-draft recursive rejection sampling (RRS), and RRSw without replacement.
+
+Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative
+Inference and Verification", ASPLOS 2024 (arXiv 2305.09781), multi-step speculative sampling
+(their Algorithm 2 / Thm 4.2); Jeon et al., "Recursive Speculative Decoding", arXiv 2402.14160
+(RRSw, §3). ALGORITHMS.md §2.1-2.3.
+
+One tree node (§2.1): start from r = p(.|z); for each surviving draft k in draft-index order,
+accept its next token x_k with probability min(1, r(x_k) / q_k(x_k)); on rejection update
+r <- norm(max(r - q_k, 0)). Duplicated tokens are separate trials and still update r (a rejected
+token has r(x) = 0 afterwards, so its later duplicates are always rejected). If every trial
+fails, the correction is drawn from the final r and the iteration stops. After an acceptance the
+survivors are the drafts whose next token equals the accepted one (§2.2); with survivors at
+depth L a bonus token is drawn from p(.|prefix).
+
+Why this is lossless: by induction from the last trial, the output law of "trials k.. then the
+final residual" equals the current r whenever x_k is drawn from q_k given the earlier
+candidates, so the node emits exactly p(.|z); the accepted child's survivors then draw their
+continuations by the same scheme, so the child emits p(.|z, x) in turn.
+
+``replacement=False`` (RRSw, §2.3) changes only what the drafter hands in. Sampling scheme:
+drafts are drawn depth by depth; at depth t the drafts sharing the same t-token prefix form a
+group and, in draft-index order, each draws its next token from q(.|prefix) restricted to the
+tokens not yet drawn by earlier drafts of its group, renormalised:
+``q_k(x) = q(x) 1[x not in {x_1..x_{k-1}}] / (1 - sum_{j<k} q(x_j))``. When the earlier drafts of
+the group have already drawn every token in q's support (group larger than the support), the
+draft draws from the unrestricted q and ``q_k = q``. ``q[k, t]`` must be that sequential law q_k;
+the verifier is the same RRS loop, which stays lossless because it only needs each candidate's
+law given the earlier candidates at its node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Bool, Float, Int
+
+from algorithms.verifiers.base import Verdict, emit, residual, safe_ratio, sample, validate_inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecInferVerifier:
+    replacement: bool = True  # False: RRSw, q[k, t] is the without-replacement sequential law
+    lossless: bool = True
+    max_drafts: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.replacement, bool):
+            raise ValueError(
+                f"SpecInferVerifier: replacement must be True or False, got {self.replacement!r}"
+            )
+
+    def init_state(self, L: int, V: int):
+        return ()
+
+    def rrs_node(
+        self,
+        r: Float[Array, " V"],
+        tokens: Int[Array, " K"],
+        laws: Float[Array, "K V"],
+        live: Bool[Array, " K"],
+        u: Float[Array, " K"],
+    ) -> tuple[Int[Array, ""], Float[Array, " V"]]:
+        """§2.1 at one node: (index of the accepted draft or -1, final residual r)."""
+
+        def trial(carry, k):
+            r, winner = carry
+            x, q_k = tokens[k], laws[k]
+            trying = live[k] & (winner < 0)
+            accept = u[k] <= safe_ratio(r[x], q_k[x])
+            winner = jnp.where(trying & accept, k, winner)
+            # Every rejected trial updates r, duplicates included (§2.1 notes).
+            r = jnp.where(trying & ~accept, residual(r, q_k, fallback=r), r)
+            return (r, winner), None
+
+        (r, winner), _ = lax.scan(trial, (r, jnp.int32(-1)), jnp.arange(tokens.shape[0]))
+        return winner, r
+
+    def __call__(
+        self,
+        key: Array,
+        drafts: Int[Array, "K L"],
+        q: Float[Array, "K L V"],
+        p: Float[Array, "K L+1 V"],
+        state=(),
+    ) -> tuple[Verdict, tuple]:
+        K, L, _ = validate_inputs(self, drafts, q, p)
+        k_coin, k_extra = jax.random.split(key)
+        u = jax.random.uniform(k_coin, (L, K))
+
+        def depth(carry, t):
+            alive, stopped, tau, lead, law = carry
+            winner, r = self.rrs_node(p[lead, t], drafts[:, t], q[:, t], alive, u[t])
+            active = ~stopped
+            accepted = active & (winner >= 0)
+            token = drafts[jnp.maximum(winner, 0), t]
+            survivors = alive & (drafts[:, t] == token)
+            alive = jnp.where(accepted, survivors, alive)
+            lead = jnp.where(accepted, jnp.argmax(survivors).astype(jnp.int32), lead)
+            tau = jnp.where(accepted, t + 1, tau)
+            rejected_all = active & (winner < 0)
+            law = jnp.where(rejected_all, r, law)
+            return (alive, stopped | rejected_all, tau, lead, law), None
+
+        init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), p[0, 0])
+        (_, stopped, tau, lead, law), _ = lax.scan(depth, init, jnp.arange(L))
+        law = jnp.where(stopped, law, p[lead, L])  # bonus after a full block
+        extra = sample(k_extra, law)
+        return emit(drafts[lead], tau, extra, lead), state
