@@ -56,8 +56,13 @@ def sample_inputs(key, q_table, p_table, *, V: int, L: int, K: int):
 
 
 def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int, seed: int,
-                   ctx: Context = (), state=None, chunk: int = 50_000) -> dict[tuple, int]:
-    """Counts of emitted strings over n independent (draft, verify) iterations from ``ctx``."""
+                   ctx: Context = (), state=None, chunk: int = 50_000,
+                   sampler=sample_inputs) -> dict[tuple, int]:
+    """Counts of emitted strings over n independent (draft, verify) iterations from ``ctx``.
+
+    ``sampler`` draws (drafts, q, p) with ``sample_inputs``'s signature; the default is K i.i.d.
+    blocks, another drafting scheme (e.g. without replacement) passes its own.
+    """
     V = P.V
     q_table = jnp.asarray(tabulate(Q, L, ctx), jnp.float32)
     p_table = jnp.asarray(tabulate(P, L, ctx), jnp.float32)
@@ -67,7 +72,7 @@ def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int
     def run(keys):
         def one(key):
             k_draft, k_verify = jax.random.split(key)
-            drafts, q, p = sample_inputs(k_draft, q_table, p_table, V=V, L=L, K=K)
+            drafts, q, p = sampler(k_draft, q_table, p_table, V=V, L=L, K=K)
             verdict, _ = verifier(k_verify, drafts, q, p, state)
             return verdict.tokens
         return jax.vmap(one)(keys)
