@@ -1,0 +1,205 @@
+"""GGUF file -> canonical hyperparameters and float32 weights (the model agreement's layout).
+
+The decoder (``specjax.models``) consumes a plain hparams dict and a dict of float32 arrays
+stacked over layers, each matrix laid out (in, out) so that ``y = x @ W``. GGUF stores matrices
+(out, in) (ggml's ``ne = [in, out]``) and quantized; ``gguf.quants.dequantize`` unpacks every
+type these files use (F32, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K).
+
+Two conversions matter for correctness:
+- llama-arch files store Q and K rows permuted so that llama.cpp can apply RoPE to interleaved
+  pairs (x[2i], x[2i+1]); HF checkpoints and our decoder rotate half-split pairs (x[i],
+  x[i + hd/2]) (RoFormer, Su et al. 2021, eq. 34, with the GPT-NeoX pairing). ``unpermute_qk``
+  restores the half-split row order per head. qwen2 files are stored half-split already.
+- Memory: the 1.5B model is ~7 GB in float32, so the stacked arrays are allocated once and each
+  tensor is dequantized in row chunks straight into its slot (peak RSS ~ float32 size + the
+  memory-mapped file), never materialising a second copy.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from jaxtyping import Float
+
+#: Per-layer canonical key -> GGUF tensor name suffix in ``blk.N.``.
+LAYER_TENSORS: dict[str, str] = {
+    "wq": "attn_q.weight",
+    "wk": "attn_k.weight",
+    "wv": "attn_v.weight",
+    "wo": "attn_output.weight",
+    "attn_norm": "attn_norm.weight",
+    "mlp_norm": "ffn_norm.weight",
+    "w_gate": "ffn_gate.weight",
+    "w_up": "ffn_up.weight",
+    "w_down": "ffn_down.weight",
+}
+BIAS_TENSORS: dict[str, str] = {"bq": "attn_q.bias", "bk": "attn_k.bias", "bv": "attn_v.bias"}
+SUPPORTED_ARCHS = ("llama", "qwen2")
+#: Control tokens that end a turn in the chat formats these models use.
+_END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+_CHUNK_ELEMS = 1 << 24  # 64 MiB of float32 per dequantization chunk
+
+
+def field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    """The decoded value of metadata ``key`` (scalar, str or list), or ``default``."""
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def permute_qk(w: Float[np.ndarray, "out in"], n_heads: int) -> Float[np.ndarray, "out in"]:
+    """HF half-split row order -> llama.cpp interleaved order (what llama GGUFs store).
+
+    Within each head, row ``half * hd/2 + i`` moves to row ``2 * i + half``.
+    """
+    out, rest = w.shape[0], w.shape[1:]
+    hd = _head_dim(out, n_heads)
+    return w.reshape(n_heads, 2, hd // 2, *rest).swapaxes(1, 2).reshape(out, *rest)
+
+
+def unpermute_qk(w: Float[np.ndarray, "out in"], n_heads: int) -> Float[np.ndarray, "out in"]:
+    """Inverse of ``permute_qk``: row ``2 * i + half`` of each head returns to ``half*hd/2 + i``."""
+    out, rest = w.shape[0], w.shape[1:]
+    hd = _head_dim(out, n_heads)
+    return w.reshape(n_heads, hd // 2, 2, *rest).swapaxes(1, 2).reshape(out, *rest)
+
+
+def _head_dim(rows: int, n_heads: int) -> int:
+    if n_heads <= 0 or rows % n_heads or (rows // n_heads) % 2:
+        raise ValueError(f"cannot split {rows} rows into n_heads={n_heads} heads of even size")
+    return rows // n_heads
+
+
+def read_hparams(reader: GGUFReader) -> dict[str, Any]:
+    """Canonical hyperparameters (keys of ``specjax.models.config.ModelConfig``)."""
+    arch = field(reader, "general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unsupported GGUF arch={arch!r}; allowed: {list(SUPPORTED_ARCHS)}")
+    tensors = {t.name: t for t in reader.tensors}
+    tokens = field(reader, "tokenizer.ggml.tokens", [])
+    vocab = int(tensors["token_embd.weight"].shape[1])
+    heads = int(field(reader, f"{arch}.attention.head_count"))
+    hidden = int(field(reader, f"{arch}.embedding_length"))
+    head_dim = int(field(reader, f"{arch}.attention.key_length", hidden // heads))
+    add_bos = bool(field(reader, "tokenizer.ggml.add_bos_token", arch == "llama"))
+    bos = field(reader, "tokenizer.ggml.bos_token_id")
+    return {
+        "arch": arch,
+        "vocab_size": vocab,
+        "num_layers": int(field(reader, f"{arch}.block_count")),
+        "hidden_size": hidden,
+        "num_heads": heads,
+        "num_kv_heads": int(field(reader, f"{arch}.attention.head_count_kv", heads)),
+        "head_dim": head_dim,
+        "intermediate_size": int(field(reader, f"{arch}.feed_forward_length")),
+        "rope_theta": float(field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        "rms_eps": float(field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        "qkv_bias": "blk.0.attn_q.bias" in tensors,
+        "tie_embeddings": "output.weight" not in tensors,
+        "context_length": int(field(reader, f"{arch}.context_length")),
+        # The token to prepend to prompts; None when the model's tokenizer adds none.
+        "bos_id": int(bos) if bos is not None and add_bos else None,
+        "eos_ids": eos_ids(reader, tokens),
+    }
+
+
+def eos_ids(reader: GGUFReader, tokens: list[str] | None = None) -> tuple[int, ...]:
+    """``eos_token_id``, ``eot_token_id`` and the end-of-turn control tokens present."""
+    tokens = field(reader, "tokenizer.ggml.tokens", []) if tokens is None else tokens
+    types = field(reader, "tokenizer.ggml.token_type", [])
+    ids = [field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
+    index = {t: i for i, t in enumerate(tokens) if t in _END_OF_TURN}
+    for name in _END_OF_TURN:
+        i = index.get(name)
+        if i is not None and (not types or types[i] == 3):  # 3 = CONTROL
+            ids.append(i)
+    return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
+
+
+def read_gguf(
+    path: str | os.PathLike | GGUFReader,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Read ``path`` into (canonical hparams, canonical float32 weights); see the module doc.
+
+    Accepts an open ``GGUFReader`` too: parsing the metadata of a 150k-token vocabulary takes
+    seconds, so a loader can share one reader with ``GGUFTokenizer.from_gguf``.
+    """
+    reader = path if isinstance(path, GGUFReader) else GGUFReader(path)
+    hp = read_hparams(reader)
+    tensors = {t.name: t for t in reader.tensors}
+    n, d, f = hp["num_layers"], hp["hidden_size"], hp["intermediate_size"]
+    q, kv = hp["num_heads"] * hp["head_dim"], hp["num_kv_heads"] * hp["head_dim"]
+    shapes = {
+        "wq": (n, d, q),
+        "wk": (n, d, kv),
+        "wv": (n, d, kv),
+        "wo": (n, q, d),
+        "attn_norm": (n, d),
+        "mlp_norm": (n, d),
+        "w_gate": (n, d, f),
+        "w_up": (n, d, f),
+        "w_down": (n, f, d),
+    }
+    if hp["qkv_bias"]:
+        shapes |= {"bq": (n, q), "bk": (n, kv), "bv": (n, kv)}
+    names = LAYER_TENSORS | BIAS_TENSORS
+    weights = {k: np.empty(s, np.float32) for k, s in shapes.items()}
+    heads = {"wq": hp["num_heads"], "wk": hp["num_kv_heads"], "bq": hp["num_heads"]}
+    heads["bk"] = hp["num_kv_heads"]
+    for key in shapes:
+        for layer in range(n):
+            t = _tensor(tensors, f"blk.{layer}.{names[key]}")
+            perm = heads.get(key) if hp["arch"] == "llama" else None
+            _dequantize_into(t, weights[key][layer], perm)
+    weights["embed"] = np.empty((hp["vocab_size"], d), np.float32)
+    _dequantize_into(_tensor(tensors, "token_embd.weight"), weights["embed"], transpose=False)
+    weights["final_norm"] = np.empty((d,), np.float32)
+    _dequantize_into(_tensor(tensors, "output_norm.weight"), weights["final_norm"])
+    if not hp["tie_embeddings"]:
+        weights["lm_head"] = np.empty((d, hp["vocab_size"]), np.float32)
+        _dequantize_into(_tensor(tensors, "output.weight"), weights["lm_head"])
+    return hp, weights
+
+
+def _tensor(tensors: dict[str, Any], name: str) -> Any:
+    if name not in tensors:
+        raise ValueError(f"GGUF file lacks tensor {name!r}")
+    return tensors[name]
+
+
+def _dequantize_into(
+    t: Any, dest: np.ndarray, unpermute_heads: int | None = None, transpose: bool = True
+) -> None:
+    """Dequantize GGUF tensor ``t`` (rows = out) into ``dest`` ((in, out), or (out, in) when
+    ``transpose`` is False), a chunk of whole rows (whole heads when un-permuting) at a time."""
+    qtype = GGMLQuantizationType(t.tensor_type)
+    data = t.data
+    expected = tuple(int(x) for x in reversed(t.shape))
+    got = dest.shape[::-1] if transpose and dest.ndim == 2 else dest.shape
+    if tuple(got) != expected:
+        raise ValueError(f"tensor {t.name!r} has shape {expected}, expected {tuple(got)}")
+    if dest.ndim == 1:
+        out = _dequantize(data, qtype).reshape(-1)
+        dest[:] = unpermute_qk(out[:, None], unpermute_heads)[:, 0] if unpermute_heads else out
+        return
+    rows, cols = expected
+    step = max(1, _CHUNK_ELEMS // cols)
+    if unpermute_heads:
+        hd = rows // unpermute_heads
+        step = max(hd, step // hd * hd)
+    for r0 in range(0, rows, step):
+        block = _dequantize(data[r0 : r0 + step], qtype).reshape(-1, cols)
+        if unpermute_heads:
+            block = unpermute_qk(block, block.shape[0] // hd)
+        if transpose:
+            dest[:, r0 : r0 + block.shape[0]] = block.T
+        else:
+            dest[r0 : r0 + block.shape[0]] = block
+
+
+def _dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    from gguf.quants import dequantize
+
+    return np.asarray(dequantize(np.asarray(data), qtype), dtype=np.float32)
