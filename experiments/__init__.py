@@ -1,0 +1,1 @@
+"""Hydra entry points (thin: compose a config, call specjax)."""

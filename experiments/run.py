@@ -1,0 +1,163 @@
+"""``specjax-run``: compose a config, check it, decode speculatively and autoregressively, record.
+
+    specjax-run experiment=default                   # the README's main command
+    specjax-run -m verifier=token,block,greedy_block # a sweep, one run dir per verifier
+
+Thin on purpose: everything that decodes lives in ``specjax`` (``specjax.generate``); this file
+only turns a Hydra config into calls and files. Order matters: validate (exit code 2, nothing
+written) -> load -> generate AR and speculative on the same prompts and seed -> write
+results.jsonl atomically -> print the table -> tracker. A run dir whose results.jsonl already has
+a summary line is skipped, which makes an interrupted sweep resumable by rerunning it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from experiments.validate import (
+    ConfigError,
+    check_config,
+    check_group_overrides,
+    check_models,
+    check_pairing,
+    verifier_name,
+)
+from specjax.results import print_table, read_summary, write_results
+
+EXIT_INVALID = 2
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _instantiate(cfg: DictConfig):
+    """The cheap checks: config fields, then the objects they make (no model loaded yet)."""
+    check_config(cfg)
+    verifier = instantiate(cfg.verifier)
+    drafter = instantiate(cfg.drafter)
+    sampling = instantiate(cfg.sampling)
+    dataset = instantiate(cfg.dataset)
+    check_pairing(cfg, drafter, verifier)
+    return drafter, verifier, sampling, dataset
+
+
+def _load_models(cfg: DictConfig, drafter):
+    """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
+    import specjax
+    from specjax.drafters import ModelDrafter
+
+    needs_draft = type(drafter) is ModelDrafter
+    try:
+        target = specjax.load_model(cfg.model.target)
+    except ValueError as e:
+        raise ConfigError("model.target", str(e)) from None
+    draft = None
+    if needs_draft and cfg.model.get("draft"):
+        try:
+            draft = (target if cfg.model.draft == cfg.model.target
+                     else specjax.load_model(cfg.model.draft))
+        except ValueError as e:
+            raise ConfigError("model.draft", str(e)) from None
+    check_models(target, draft, needs_draft)
+    return target, draft
+
+
+def run_experiment(cfg: DictConfig, run_dir: str | Path,
+                   console: Console | None = None) -> dict[str, Any]:
+    """Run one config into ``run_dir``; return the summary (the stored one when resumed)."""
+    import specjax
+    from specjax.metrics import speedup
+
+    console = console or Console()
+    run_dir = Path(run_dir)
+    drafter, verifier, sampling, dataset = _instantiate(cfg)
+    if cfg.resume and (done := read_summary(run_dir)) is not None:
+        console.print(f"[bold]skipped[/]: {run_dir} already has a finished results.jsonl "
+                      "(resume=false reruns it)")
+        print_table(done, console)
+        return done
+    target, draft = _load_models(cfg, drafter)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    prompts = dataset.load()
+    texts = dataset.texts(target, prompts)
+    common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                  batch_size=cfg.batch_size)
+    ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
+    spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
+                            **common)
+
+    rows = []
+    for i, prompt in enumerate(prompts):
+        row = {"index": i, "id": prompt.id, "category": prompt.category, "prompt": texts[i],
+               "output": spec.texts[i], "tokens": spec.tokens[i],
+               "speculative": spec.per_prompt[i]}
+        if ar is not None:
+            row["autoregressive"] = {**ar.per_prompt[i], "output": ar.texts[i]}
+        rows.append(row)
+    summary = {
+        "run_name": cfg.run_name, "run_dir": str(run_dir),
+        "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None},
+        "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
+                    **OmegaConf.to_container(cfg.drafter, resolve=True)},
+        "verifier": verifier_name(verifier),
+        "speculative": spec.summary,
+        "autoregressive": None if ar is None else ar.summary,
+        "speedup": None if ar is None else speedup(spec, ar),
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    summary["drafter"].pop("_target_", None)
+    write_results(run_dir, rows, summary)
+    print_table(summary, console)
+
+    tracker = instantiate(cfg.logger)
+    tracker.start(run_dir, name=f"{cfg.run_name}-{summary['verifier']}-"
+                  f"{summary['drafter']['name']}-K{drafter.K}L{drafter.L}",
+                  config=summary["config"])
+    tracker.log_table("prompts", [_flatten({k: v for k, v in r.items() if k != "tokens"})
+                                  for r in rows])
+    tracker.log_summary(_flatten({k: v for k, v in summary.items() if k != "config"}))
+    tracker.finish()
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+def _hydra_main(cfg: DictConfig) -> None:
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        run_experiment(cfg, run_dir)
+    except ValueError as e:  # ConfigError, or a ValueError naming the field from specjax
+        if run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()  # Hydra made it for us; an invalid run leaves nothing behind
+        print(f"specjax-run: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+
+
+def main() -> None:
+    """Console script ``specjax-run``."""
+    try:
+        check_group_overrides(sys.argv[1:])
+    except ConfigError as e:
+        print(f"specjax-run: error: {e}", file=sys.stderr)
+        sys.exit(EXIT_INVALID)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

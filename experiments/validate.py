@@ -1,0 +1,155 @@
+"""Config checks that run before anything is loaded or written.
+
+A bad value found after minutes of model loading, or after results.jsonl was truncated, costs a
+sweep; so the app checks every field it can from the composed config alone, then the pairings
+that need the instantiated objects (verifier.max_drafts vs K) or the loaded models (vocabularies),
+and only then writes output. Each failure is one :class:`ConfigError` naming the field and the
+allowed values; the app turns it into one line on stderr and exit code 2 (the usual usage-error
+code, distinct from a crash).
+"""
+
+from __future__ import annotations
+
+import importlib
+import numbers
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+GROUPS = ("model", "drafter", "verifier", "sampling", "dataset", "logger", "experiment")
+
+
+class ConfigError(ValueError):
+    """An invalid config value; ``field`` is its dotted path (``drafter.K``)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def group_options(group: str) -> list[str]:
+    """The YAML files of a config group: the values ``group=...`` accepts."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def check_group_overrides(args: list[str]) -> None:
+    """Reject ``verifier=nope`` (also inside ``-m verifier=a,b``) before Hydra composes anything.
+
+    Hydra would report it too, but with exit code 1 like any crash; only plain names and comma
+    lists are checked, sweep functions such as ``choice(...)``/``glob(...)`` are left to Hydra.
+    """
+    for arg in args:
+        if arg.startswith("-") or "=" not in arg:
+            continue
+        key, value = arg.split("=", 1)
+        key = key.lstrip("+~").removeprefix("/")
+        if key not in GROUPS or "(" in value or value in ("", "null"):
+            continue
+        allowed = group_options(key)
+        for choice in value.split(","):
+            if choice not in allowed:
+                raise ConfigError(key, f"unknown {key} {choice!r}; allowed: {', '.join(allowed)}")
+
+
+def _int(cfg: DictConfig, path: str, low: int, *, optional: bool = False) -> None:
+    value = _get(cfg, path)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        extra = " or null" if optional else ""
+        raise ConfigError(path, f"must be an integer >= {low}{extra}, got {value!r}")
+
+
+def _get(cfg: DictConfig, path: str):
+    node = cfg
+    for part in path.split("."):
+        if part not in node:
+            raise ConfigError(path, "missing from the config")
+        node = node[part]
+    return node
+
+
+def _number(cfg: DictConfig, path: str):
+    value = _get(cfg, path)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(path, f"must be a number, got {value!r}")
+    return value
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Field-by-field checks on the composed config (no imports of models or drafters)."""
+    _int(cfg, "drafter.K", 1)
+    _int(cfg, "drafter.L", 1)
+    if "num_layers" in cfg.drafter:
+        _int(cfg, "drafter.num_layers", 1)
+    if "min_ngram" in cfg.drafter:
+        _int(cfg, "drafter.min_ngram", 1)
+        _int(cfg, "drafter.max_ngram", cfg.drafter.min_ngram)
+    _int(cfg, "max_new_tokens", 1)
+    _int(cfg, "seed", 0)
+    _int(cfg, "batch_size", 1, optional=True)
+    _int(cfg, "dataset.n", 1, optional=True)
+    if _number(cfg, "sampling.temperature") < 0:
+        raise ConfigError("sampling.temperature",
+                          f"must be >= 0 (0 = greedy), got {cfg.sampling.temperature}")
+    _int(cfg, "sampling.top_k", 0)
+    top_p = _number(cfg, "sampling.top_p")
+    if not 0 < top_p <= 1:
+        raise ConfigError("sampling.top_p", f"must be in (0, 1] (1 = off), got {top_p}")
+    from specjax.data import SUITES
+
+    if cfg.dataset.suite not in SUITES:
+        raise ConfigError("dataset.suite",
+                          f"unknown suite {cfg.dataset.suite!r}; allowed: {', '.join(SUITES)}")
+    check_verifier_available(cfg)
+
+
+def check_verifier_available(cfg: DictConfig) -> None:
+    """The verifier's ``_target_`` must be a registered verifier whose module exists."""
+    from algorithms.verifiers import _REGISTRY, list_verifiers
+
+    target = _get(cfg, "verifier._target_")
+    by_path = {path.replace(":", "."): name for name, path in _REGISTRY.items()}
+    name = by_path.get(target)
+    allowed = ", ".join(list_verifiers())
+    if name is None:
+        try:  # a user's own verifier class that is not (yet) in the registry
+            module, cls = target.rsplit(".", 1)
+            getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError, ValueError):
+            raise ConfigError("verifier", f"cannot import {target!r}; registered verifiers: "
+                                          f"{allowed}") from None
+    elif name not in list_verifiers():
+        raise ConfigError("verifier", f"{name!r} is not implemented in this checkout; "
+                                      f"allowed: {allowed}")
+
+
+def verifier_name(verifier) -> str:
+    """Registry name of a verifier instance (its class name when unregistered)."""
+    from algorithms.verifiers import _REGISTRY
+
+    path = f"{type(verifier).__module__}:{type(verifier).__name__}"
+    return next((n for n, p in _REGISTRY.items() if p == path), type(verifier).__name__)
+
+
+def check_pairing(cfg: DictConfig, drafter, verifier) -> None:
+    """Multi-draft K against a single-draft verifier (Verifier.max_drafts)."""
+    max_drafts = getattr(verifier, "max_drafts", None)
+    if max_drafts is not None and drafter.K > max_drafts:
+        raise ConfigError("drafter.K", f"verifier={verifier_name(verifier)} takes at most "
+                          f"max_drafts={max_drafts} draft(s), got K={drafter.K}; use K=1 or a "
+                          "multi-draft verifier")
+
+
+def check_models(target, draft, needs_draft: bool) -> None:
+    """The model drafter proposes token ids of the target's vocabulary: sizes must agree."""
+    if not needs_draft:
+        return
+    if draft is None:
+        raise ConfigError("model.draft", "drafter=model needs a draft model; set model.draft "
+                          "or use drafter=ngram / drafter=early_exit")
+    if draft.vocab_size != target.vocab_size:
+        raise ConfigError("model.draft", f"{draft.name!r} has vocab_size={draft.vocab_size} but "
+                          f"the target {target.name!r} has {target.vocab_size}; the draft must "
+                          "share the target's tokenizer")
