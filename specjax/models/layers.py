@@ -1,0 +1,101 @@
+"""The per-layer math of the decoder, as pure functions of one layer's weight slice.
+
+Kept apart from ``decoder.py`` so the cached path (tree attention over cache + scratch) and the
+uncached reference path share exactly the same projections, RoPE and MLP, and differ only in
+which keys each query may see.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from specjax.models.config import ModelConfig
+
+NEG_INF = float(np.finfo(np.float32).min)
+
+
+def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The canonical weight dict (models_shared.md): stacked over layers, y = x @ W."""
+    Lyr, D, F, V = c.num_layers, c.hidden_size, c.intermediate_size, c.vocab_size
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    shapes = {
+        "embed": (V, D),
+        "wq": (Lyr, D, q),
+        "wk": (Lyr, D, kv),
+        "wv": (Lyr, D, kv),
+        "wo": (Lyr, q, D),
+        "attn_norm": (Lyr, D),
+        "mlp_norm": (Lyr, D),
+        "w_gate": (Lyr, D, F),
+        "w_up": (Lyr, D, F),
+        "w_down": (Lyr, F, D),
+        "final_norm": (D,),
+    }
+    if c.qkv_bias:
+        shapes |= {"bq": (Lyr, q), "bk": (Lyr, kv), "bv": (Lyr, kv)}
+    if not c.tie_embeddings:
+        shapes["lm_head"] = (D, V)
+    return shapes
+
+
+def rms_norm(x: Float[Array, "N D"], weight: Float[Array, " D"], eps: float):
+    """RMSNorm (Zhang & Sennrich 2019, eq. 4) with the multiplicative weight as GGUF stores it."""
+    return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+
+
+def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float):
+    """Rotary embedding (Su et al. 2021, eq. 34), half-split pairing (i, i + hd/2).
+
+    Frequencies theta^(-2i/hd) and angles in float32, as the HF reference computes them.
+    """
+    half = x.shape[-1] // 2
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, 2 * half, 2, dtype=jnp.float32) / (2 * half)))
+    angle = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]
+    cos, sin = jnp.cos(angle)[:, None, :], jnp.sin(angle)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c: ModelConfig):
+    """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE)."""
+    N = h.shape[0]
+    q, k, v = h @ w["wq"], h @ w["wk"], h @ w["wv"]
+    if c.qkv_bias:
+        q, k, v = q + w["bq"], k + w["bk"], v + w["bv"]
+    q = rope(q.reshape(N, c.num_heads, c.head_dim), positions, c.rope_theta)
+    k = rope(k.reshape(N, c.num_kv_heads, c.head_dim), positions, c.rope_theta)
+    return q, k, v.reshape(N, c.num_kv_heads, c.head_dim)
+
+
+def attend(
+    q: Float[Array, "N H hd"],
+    keys: tuple[Float[Array, "S KV hd"], ...],
+    values: tuple[Float[Array, "S KV hd"], ...],
+    allowed: tuple[Bool[Array, "N S"], ...],
+) -> Float[Array, "N H*hd"]:
+    """Grouped-query softmax attention over several key blocks joined in ONE softmax.
+
+    The blocks (committed cache, scratch) are scored separately and concatenated along the key
+    axis only as scores, so neither KV block is copied to build a joint key array.
+    """
+    N, H, hd = q.shape
+    KV = keys[0].shape[1]
+    qg = q.reshape(N, KV, H // KV, hd) * (hd**-0.5)
+    scores = [
+        jnp.where(a[None, None], jnp.einsum("nkgd,skd->kgns", qg, k), NEG_INF)
+        for k, a in zip(keys, allowed, strict=True)
+    ]
+    probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
+    out, start = 0.0, 0
+    for v in values:
+        out = out + jnp.einsum("kgns,skd->nkgd", probs[..., start : start + v.shape[0]], v)
+        start += v.shape[0]
+    return out.reshape(N, H * hd)
+
+
+def mlp(h: Float[Array, "N D"], w: dict) -> Float[Array, "N D"]:
+    """SwiGLU (Shazeer 2020, eq. 6): (silu(h W_gate) * h W_up) W_down."""
+    return (jax.nn.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"]
