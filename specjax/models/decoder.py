@@ -122,13 +122,15 @@ class Decoder(nnx.Module):
     def init_cache(self, max_len: int | None = None, scratch: int = 16) -> KVCache:
         max_len = self.max_len if max_len is None else max_len
         if max_len < 0 or scratch < 1:
-            raise ValueError(f"init_cache: need max_len >= 0 and scratch >= 1, got {max_len}, "
-                             f"{scratch}")
+            raise ValueError(
+                f"init_cache: need max_len >= 0 and scratch >= 1, got {max_len}, {scratch}"
+            )
         c = self.config
         shape = (self.active_layers, max_len + scratch, c.num_kv_heads, c.head_dim)
         zeros = jnp.zeros(shape, jnp.float32)
-        return KVCache(k=zeros, v=zeros, length=jnp.zeros((), jnp.int32), max_len=max_len,
-                       scratch=scratch)
+        return KVCache(
+            k=zeros, v=zeros, length=jnp.zeros((), jnp.int32), max_len=max_len, scratch=scratch
+        )
 
     def forward(
         self,
@@ -197,4 +199,3 @@ class Decoder(nnx.Module):
 
         x, _ = jax.lax.scan(layer, self.embed[...][tokens], self._layer_params())
         return self._head(x)
-

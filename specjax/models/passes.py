@@ -97,7 +97,10 @@ def score_tree(
 
 
 def commit_path(
-    model: CausalLM, cache: Cache, draft_index: Int[Array, ""], num_accepted: Int[Array, ""],
+    model: CausalLM,
+    cache: Cache,
+    draft_index: Int[Array, ""],
+    num_accepted: Int[Array, ""],
     L: int,
 ) -> Cache:
     """Commit the root and the first ``num_accepted`` (tau) tokens of draft ``draft_index``."""
