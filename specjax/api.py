@@ -1,0 +1,160 @@
+"""``specjax.generate``: the Python API the CLI mirrors (prompts in, tokens + texts + metrics out).
+
+Host-side work only: resolve names, tokenize, validate, pad prompts to one static length, split
+into equal batches (a padding row is done from the start), compile ONCE per shape, then time the
+compiled calls. Compile time is measured around ``lower().compile()`` and reported separately,
+so wall time and tokens/s are pure decoding (prefill included), as the issue asks.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import jax
+import numpy as np
+from flax import nnx
+
+from specjax.engine import DecodeLoop
+from specjax.metrics import per_prompt_metrics, summarize
+from specjax.sampling import Sampling
+
+_COMPILED: dict = {}  # (loop, batch, pad) -> compiled executable; reused across calls
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # generated ids per prompt (EOS included when hit)
+    texts: list[str]  # decoded generated text (without the final EOS)
+    per_prompt: list[dict]
+    summary: dict
+    prompt_tokens: list[list[int]] = field(default_factory=list)
+
+
+def _resolve_model(m, role: str):
+    if m is None or not isinstance(m, str):
+        return m
+    if m.startswith("toy"):
+        from specjax.models.toy import load_toy
+
+        return load_toy(m)
+    import specjax
+
+    if not hasattr(specjax, "load_model"):
+        raise ValueError(f"{role}: cannot load {m!r}: specjax.load_model is not available")
+    return specjax.load_model(m)
+
+
+def _resolve_verifier(verifier, drafter):
+    from algorithms.verifiers import get_verifier
+
+    if drafter is None:
+        return None
+    if verifier is None:
+        if drafter.K > 1:
+            raise ValueError(f"verifier: K={drafter.K} drafts need a multi-draft verifier "
+                             "(e.g. 'specinfer', 'spectr', 'traversal'); none was given")
+        verifier = "token"
+    if isinstance(verifier, str):
+        verifier = get_verifier(verifier)
+    if verifier.max_drafts is not None and drafter.K > verifier.max_drafts:
+        raise ValueError(f"verifier: {type(verifier).__name__} takes at most max_drafts="
+                         f"{verifier.max_drafts} drafts, but the drafter has K={drafter.K}")
+    return verifier
+
+
+def _encode(target, prompts, chat: bool) -> list[list[int]]:
+    if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+        prompts = [prompts]
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            if chat:
+                p = target.apply_chat_template([{"role": "user", "content": p}])
+            ids = list(target.encode(p))
+        else:
+            ids = [int(t) for t in p]
+        if not ids:
+            raise ValueError(f"prompts: prompt {i} is empty; every prompt needs >= 1 token")
+        if min(ids) < 0 or max(ids) >= target.vocab_size:
+            raise ValueError(f"prompts: prompt {i} has ids outside [0, {target.vocab_size})")
+        out.append(ids)
+    if not out:
+        raise ValueError("prompts: no prompts given")
+    return out
+
+
+def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
+             max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
+             batch_size: int | None = None, progress: bool = True) -> GenerationResult:
+    """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
+
+    Output depends only on (models, prompt, its index, settings, seed), not on the batching:
+    prompt i uses the key ``fold_in(key(seed), i)``.
+    """
+    target = _resolve_model(target, "target")
+    draft = _resolve_model(draft, "draft")
+    sampling = Sampling() if sampling is None else sampling
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
+    verifier = _resolve_verifier(verifier, drafter)
+    dmodule = drafter.module(target, draft) if drafter is not None else None
+    ids = _encode(target, prompts, chat)
+    B = len(ids) if batch_size is None else int(batch_size)
+    if B < 1:
+        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+    pad = -(-max(len(p) for p in ids) // 8) * 8  # round up: fewer recompiles across calls
+    tgraph, tstate = nnx.split(target.model)
+    dgraph, dstate = nnx.split(dmodule) if dmodule is not None else (None, None)
+    loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
+                      verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
+                      eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
+                      max_new_tokens=max_new_tokens, prompt_pad=pad)
+    root = jax.random.key(seed)
+    n_batches = -(-len(ids) // B)
+    arrays = []
+    for b in range(n_batches):
+        chunk = ids[b * B:(b + 1) * B]
+        P = np.zeros((B, pad), np.int32)
+        lengths = np.zeros((B,), np.int32)
+        for r, p in enumerate(chunk):
+            P[r, : len(p)] = p
+            lengths[r] = len(p)
+        keys = jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(root, i))(
+            np.arange(b * B, b * B + B)))
+        arrays.append((P, lengths, keys))
+
+    compile_time = 0.0
+    cache_key = (loop, B, pad)
+    if cache_key not in _COMPILED:
+        t0 = time.perf_counter()
+        _COMPILED[cache_key] = jax.jit(loop.run).lower(tstate, dstate, *arrays[0]).compile()
+        compile_time = time.perf_counter() - t0
+    run = _COMPILED[cache_key]
+
+    outs, wall, batch_wall = [], 0.0, []
+    batches = range(n_batches)
+    if progress and n_batches > 1:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, desc="generate", unit="batch")
+    for b in batches:
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(run(tstate, dstate, *arrays[b]))
+        batch_wall.append(time.perf_counter() - t0)
+        wall += batch_wall[-1]
+        outs.append({k: np.asarray(v) for k, v in out.items()})
+    counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
+
+    tokens, texts, per_prompt = [], [], []
+    eos = set(loop.eos_ids)
+    for i in range(len(ids)):
+        start, n = int(counters["prompt_len"][i]), int(counters["n"][i])
+        gen = [int(t) for t in counters["history"][i, start:n]]
+        tokens.append(gen)
+        texts.append(target.decode(gen[:-1] if gen and gen[-1] in eos else gen))
+        per_prompt.append(per_prompt_metrics(counters, i, loop.L))
+        per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
+    summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
+    return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
+                            prompt_tokens=ids)

@@ -1,0 +1,23 @@
+"""Drafters: who proposes the K×L draft tree and the laws q it was sampled from.
+
+``ModelDrafter`` (a separate small model), ``NgramDrafter`` (prompt lookup, one-hot q),
+``EarlyExitDrafter`` (the target's first n layers). All are frozen dataclasses following
+``specjax.drafters.base.Drafter``.
+"""
+
+from specjax.drafters.base import Drafter
+from specjax.drafters.early_exit import EarlyExitDrafter
+from specjax.drafters.model import ModelDrafter
+from specjax.drafters.ngram import NgramDrafter
+
+DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter}
+
+
+def get_drafter(name: str, **options) -> Drafter:
+    if name not in DRAFTERS:
+        raise ValueError(f"drafter: unknown name {name!r}; allowed: {', '.join(DRAFTERS)}")
+    return DRAFTERS[name](**options)
+
+
+__all__ = ["DRAFTERS", "Drafter", "EarlyExitDrafter", "ModelDrafter", "NgramDrafter",
+           "get_drafter"]

@@ -1,0 +1,95 @@
+"""Draft-model drafter: K i.i.d. draft blocks from a small model with the target's tokenizer.
+
+Leviathan et al. 2023 (arXiv 2211.17192) §2.3 / Chen et al. 2023 (arXiv 2302.01318) Alg. 2 with
+one draft; K > 1 i.i.d. drafts as in SpecTr (Sun et al. 2023) and SpecInfer (Miao et al. 2024).
+The K blocks share the committed prefix cache and are sampled in parallel: each of the L draft
+forwards runs K nodes, one per branch, in the same tree layout the target uses.
+
+Cache sync. The draft model feeds the pending token and x_0..x_{L-2} of every branch (x_{L-1} is
+sampled, never fed). After verification it commits the root + min(τ, L-1) tokens of the accepted
+draft; when all L tokens were accepted its cache lags the target by one token, so the next step's
+root is a 2-token chunk (the missing x_{L-1}, then the pending token). Scratch layout: slots 0, 1
+= catch-up chunk (slot 0 unused when there is no lag), draft k token i at slot 2 + k·L + i.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from algorithms.verifiers.base import Verdict, sample
+from specjax.drafters.base import BlockShape
+from specjax.sampling import Sampling
+from specjax.tree import prefill
+
+
+def _check_vocab(name: str, target, draft) -> None:
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"{name}: draft vocab_size={draft.vocab_size} must equal the target's "
+                         f"vocab_size={target.vocab_size} (the draft must share the tokenizer)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelDrafter(BlockShape):
+    def module(self, target, draft):
+        if draft is None:
+            raise ValueError("drafter: ModelDrafter needs a draft model (pass draft=...)")
+        _check_vocab(type(self).__name__, target, draft)
+        return draft.model
+
+    def scratch(self) -> int:
+        return 2 + self.K * self.L
+
+    def calls_per_step(self) -> int:
+        return self.L
+
+    def init_state(self, model, prompt, length, *, max_len: int, scratch: int):
+        return prefill(model, model.init_cache(max_len, scratch), prompt, length, scratch)
+
+    def propose(self, model, key: Array, state, history: Int[Array, " T"], n: Int[Array, ""],
+                *, sampling: Sampling, vocab_size: int, scratch: int,
+                ) -> tuple[Int[Array, "K L"], Float[Array, "K L V"], object]:
+        K, L = self.K, self.L
+        cache = state
+        lag = (n - 1 - cache.length).astype(jnp.int32)  # 0, or 1 after a fully accepted block
+        s = jnp.arange(scratch)
+        # Catch-up chunk: slot 0 = history[n-2] (only attended when lag == 1), slot 1 = pending.
+        chunk = history[jnp.stack([jnp.maximum(n - 2, 0), n - 1])]
+        chunk_pos = jnp.stack([jnp.maximum(n - 2, 0), n - 1]).astype(jnp.int32)
+        chunk_mask = jnp.stack([s == 0, (s == 1) | ((s == 0) & (lag == 1))])
+        logits, cache = model.forward(chunk, chunk_pos, jnp.arange(2, dtype=jnp.int32),
+                                      chunk_mask, cache)
+        keys = jax.random.split(key, K * L)
+        q0 = jnp.broadcast_to(sampling(logits[1]), (K, vocab_size))
+        x0 = jax.vmap(sample)(keys[:K], q0)
+        drafts = jnp.zeros((K, L), jnp.int32).at[:, 0].set(x0)
+        q = jnp.zeros((K, L, vocab_size), jnp.float32).at[:, 0].set(q0)
+        branch = 2 + jnp.arange(K) * L  # first slot of each branch
+
+        def step(i, carry):
+            drafts, q, cache = carry
+            slots = (branch + i - 1).astype(jnp.int32)
+            mask = ((s[None, :] == 1) | ((s[None, :] == 0) & (lag == 1))
+                    | ((s[None, :] >= branch[:, None]) & (s[None, :] <= slots[:, None])))
+            positions = jnp.full((K,), n + i - 1, jnp.int32)
+            logits, cache = model.forward(drafts[:, i - 1], positions, slots, mask, cache)
+            qi = sampling(logits)
+            xi = jax.vmap(sample)(jax.lax.dynamic_slice_in_dim(keys, i * K, K), qi)
+            return drafts.at[:, i].set(xi), q.at[:, i].set(qi), cache
+
+        drafts, q, cache = jax.lax.fori_loop(1, L, step, (drafts, q, cache))
+        return drafts, q, cache
+
+    def update(self, model, state, drafts, verdict: Verdict, n, *, scratch: int):
+        L = self.L
+        cache = state
+        lag = (n - 1 - cache.length).astype(jnp.int32)
+        tau = verdict.num_emitted - 1
+        path = 2 + verdict.draft_index * L + jnp.arange(L - 1, dtype=jnp.int32)
+        with_lag = jnp.concatenate([jnp.array([0, 1], jnp.int32), path])
+        no_lag = jnp.concatenate([jnp.array([1], jnp.int32), path, jnp.zeros((1,), jnp.int32)])
+        slots = jnp.where(lag == 1, with_lag, no_lag)
+        return model.commit(cache, slots, lag + 1 + jnp.minimum(tau, L - 1))

@@ -1,0 +1,161 @@
+"""The decode loop: draft → score tree → verify → commit, one ``lax.while_loop`` per batch.
+
+Leviathan et al. 2023 (arXiv 2211.17192) Algorithm 1 as a device loop: no host round trip per
+token. Everything below is written for ONE sequence and ``jax.vmap``ped over the batch, so prompts
+of different lengths only differ in their scalar ``n``. The loop object is a frozen dataclass of
+static things (graph definitions, drafter, verifier, sampling, shapes) and goes into ``jax.jit``
+as a static argument; model weights go in as arrays. ``drafter=None`` is the autoregressive
+baseline run through the same machinery (one root node per step).
+
+Per-sequence bookkeeping (``history[:n]`` = prompt + generated, pending token ``history[n-1]``
+whose KV is not cached yet) follows ``specjax/models/base.py``. A finished sequence keeps its
+state (every field is selected back), so counters stop exactly at EOS / ``max_new_tokens``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+from jaxtyping import Array, Bool, Int
+
+from algorithms.verifiers.base import sample
+from specjax.sampling import Sampling
+from specjax.tree import commit_path, prefill, score_root, score_tree
+
+
+@struct.dataclass
+class SeqState:
+    history: Int[Array, " T"]  # prompt + generated tokens, zero padded
+    n: Int[Array, ""]  # valid tokens in history; history[n-1] is pending
+    prompt_len: Int[Array, ""]
+    cache: Any  # target KV cache (committed = history[:n-1])
+    drafter_state: Any
+    verifier_state: Any
+    key: Array  # raw key data; step keys are fold_in(key, steps)
+    done: Bool[Array, ""]
+    steps: Int[Array, ""]  # = target calls (one scoring forward per step)
+    drafter_calls: Int[Array, ""]
+    new_tokens: Int[Array, ""]
+    accepted: Int[Array, ""]  # sum of tau
+    accepted_per_position: Int[Array, " L"]  # how often draft position i was accepted (i < tau)
+    hit_eos: Bool[Array, ""]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeLoop:
+    """Static description of one compiled decode loop (hashable → jit static argument)."""
+
+    target_graph: Any
+    draft_graph: Any  # None for model-free drafters and autoregressive decoding
+    drafter: Any  # a Drafter, or None = autoregressive
+    verifier: Any
+    sampling: Sampling
+    vocab_size: int
+    eos_ids: tuple[int, ...]
+    max_new_tokens: int
+    prompt_pad: int
+
+    @property
+    def K(self) -> int:
+        return self.drafter.K if self.drafter else 1
+
+    @property
+    def L(self) -> int:
+        return self.drafter.L if self.drafter else 0
+
+    @property
+    def history_len(self) -> int:
+        return self.prompt_pad + self.max_new_tokens + self.L + 1
+
+    @property
+    def target_scratch(self) -> int:
+        return max(self.prompt_pad, 1 + self.K * self.L)
+
+    @property
+    def draft_scratch(self) -> int:
+        return max(self.prompt_pad, self.drafter.scratch()) if self.drafter else 0
+
+    # --- per sequence -----------------------------------------------------------------------------
+    def init(self, target, dmodel, prompt: Int[Array, " P"], length: Int[Array, ""],
+             key: Array) -> SeqState:
+        T = self.history_len
+        n = jnp.maximum(length, 1)  # length 0 marks a padding row: kept done from the start
+        cache = prefill(target, target.init_cache(T, self.target_scratch), prompt, n,
+                        self.target_scratch)
+        ds, vs = (), ()
+        if self.drafter is not None:
+            ds = self.drafter.init_state(dmodel, prompt, n, max_len=T, scratch=self.draft_scratch)
+            vs = self.verifier.init_state(self.L, self.vocab_size)
+        zero = jnp.int32(0)
+        return SeqState(
+            history=jnp.zeros((T,), jnp.int32).at[: prompt.shape[0]].set(prompt),
+            n=n.astype(jnp.int32), prompt_len=n.astype(jnp.int32), cache=cache,
+            drafter_state=ds, verifier_state=vs, key=key,
+            done=(length < 1) | (self.max_new_tokens < 1), steps=zero, drafter_calls=zero,
+            new_tokens=zero, accepted=zero,
+            accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False))
+
+    def step(self, target, dmodel, st: SeqState) -> SeqState:
+        key = jax.random.fold_in(jax.random.wrap_key_data(st.key), st.steps)
+        k_draft, k_verify = jax.random.split(key)
+        pending = st.history[st.n - 1]
+        ds, vs = st.drafter_state, st.verifier_state
+        if self.drafter is None:
+            logits, cache = score_root(target, st.cache, pending, self.target_scratch)
+            emitted = sample(k_verify, self.sampling(logits))[None]
+            num, tau = jnp.int32(1), jnp.int32(0)
+            cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
+        else:
+            drafts, q, ds = self.drafter.propose(
+                dmodel, k_draft, ds, st.history, st.n, sampling=self.sampling,
+                vocab_size=self.vocab_size, scratch=self.draft_scratch)
+            logits, cache = score_tree(target, st.cache, pending, drafts, self.target_scratch)
+            verdict, vs = self.verifier(k_verify, drafts, q, self.sampling(logits), vs)
+            emitted, num = verdict.tokens, verdict.num_emitted
+            tau = num - 1
+            cache = commit_path(target, cache, verdict.draft_index, tau, self.L)
+            ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
+        # Truncate at max_new_tokens and after the first EOS (EOS itself is kept).
+        idx = jnp.arange(emitted.shape[0])
+        is_eos = jnp.isin(emitted, jnp.asarray(self.eos_ids, jnp.int32)) & (idx < num)
+        upto_eos = jnp.where(is_eos.any(), jnp.argmax(is_eos) + 1, num)
+        count = jnp.minimum(jnp.minimum(num, upto_eos), self.max_new_tokens - st.new_tokens)
+        dest = jnp.where(idx < count, st.n + idx, st.history.shape[0])
+        hit_eos = (is_eos & (idx < count)).any()
+        new_tokens = st.new_tokens + count
+        new = st.replace(
+            history=st.history.at[dest].set(emitted, mode="drop"), n=st.n + count, cache=cache,
+            drafter_state=ds, verifier_state=vs, steps=st.steps + 1,
+            drafter_calls=st.drafter_calls + (self.drafter.calls_per_step() if self.drafter else 0),
+            new_tokens=new_tokens, accepted=st.accepted + tau,
+            accepted_per_position=st.accepted_per_position + (jnp.arange(self.L) < tau),
+            done=hit_eos | (new_tokens >= self.max_new_tokens), hit_eos=hit_eos)
+        return jax.tree.map(lambda old, nw: jnp.where(st.done, old, nw), st, new)
+
+    # --- whole batch (jit this with the loop object static) ---------------------------------------
+    def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],
+            keys: Array) -> dict[str, Array]:
+        target = nnx.merge(self.target_graph, target_state)
+        dmodel = None if self.draft_graph is None else nnx.merge(self.draft_graph, draft_state)
+        state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths, keys)
+
+        def cond(st):
+            return ~jnp.all(st.done)
+
+        def body(st):
+            return jax.vmap(lambda s: self.step(target, dmodel, s))(st)
+
+        st = jax.lax.while_loop(cond, body, state)
+        return dict(history=st.history, n=st.n, prompt_len=st.prompt_len, target_calls=st.steps,
+                    drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
+                    accepted=st.accepted, accepted_per_position=st.accepted_per_position,
+                    hit_eos=st.hit_eos)
+
+
+def decode_fn(loop: DecodeLoop):
+    """``jax.jit`` of ``loop.run`` with the loop object closed over (static)."""
+    return jax.jit(loop.run)
