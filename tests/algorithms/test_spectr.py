@@ -1,0 +1,152 @@
+"""SpecTr (K-SEQ): exact losslessness, K=1 reduction, §3/§8 numbers, bisection, Monte Carlo."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.exact import (
+    adversarial_pairs,
+    example_pair,
+    expected_tau,
+    iteration_law,
+    lossless_tv,
+    random_pair,
+    token_law,
+    total_variation,
+)
+from algorithms.exact.monte_carlo import chi_square, sample_emitted
+from algorithms.exact.spectr import kseq_acceptance, kseq_beta, kseq_gap, kseq_rho, spectr_law
+from algorithms.verifiers import get_verifier
+from algorithms.verifiers.spectr import SpecTrVerifier
+from algorithms.verifiers.spectr import kseq_rho as jax_kseq_rho
+
+FPR = 1e-6  # false-positive rate of every Monte Carlo test
+CASES = [(2 + s % 2, 1 + s % 3, 1 + (s // 3) % 2, s) for s in range(24)]  # (V, K, L, seed)
+EXAMPLE_P, EXAMPLE_Q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
+# ALGORITHMS.md §3.1 table: K -> (rho*, beta, acceptance)
+KSEQ_TABLE = {2: (1.434259, 0.565741, 0.811420), 3: (1.689729, 0.530604, 0.896576),
+              4: (1.834110, 0.515075, 0.944703)}
+
+
+@pytest.mark.parametrize("V, K, L, seed", CASES)
+def test_exactly_lossless_on_random_pairs(V, K, L, seed):
+    P, Q = random_pair(V, seed)
+    assert lossless_tv(spectr_law, P, Q, L=L, K=K) <= 1e-12
+
+
+@pytest.mark.parametrize("V, K", [(2, 3), (3, 2)])
+@pytest.mark.parametrize("name", sorted(adversarial_pairs(3)))
+def test_exactly_lossless_on_adversarial_pairs(name, V, K):
+    P, Q = adversarial_pairs(V)[name]
+    assert lossless_tv(spectr_law, P, Q, L=2, K=K) <= 1e-12
+
+
+@pytest.mark.parametrize("V, L, seed", [(2, 1, 0), (3, 2, 1), (3, 3, 2), (2, 3, 3)])
+def test_one_draft_is_token_verification(V, L, seed):
+    P, Q = random_pair(V, seed)
+    ours = iteration_law(spectr_law, P, Q, L=L, K=1)
+    assert total_variation(ours, iteration_law(token_law, P, Q, L=L)) <= 1e-12
+
+
+@pytest.mark.parametrize("K", sorted(KSEQ_TABLE))
+def test_kseq_numbers_on_the_example(K):
+    rho, beta, acceptance = KSEQ_TABLE[K]
+    assert kseq_rho(EXAMPLE_P, EXAMPLE_Q, K) == pytest.approx(rho, abs=1e-6)
+    assert kseq_beta(EXAMPLE_P, EXAMPLE_Q, kseq_rho(EXAMPLE_P, EXAMPLE_Q, K)) == pytest.approx(
+        beta, abs=1e-6)
+    assert kseq_acceptance(EXAMPLE_P, EXAMPLE_Q, K) == pytest.approx(acceptance, abs=1e-6)
+    # The one-token SpecTr law has the same acceptance (L = 1: E[tau] = P(accept)).
+    P, Q = example_pair()
+    assert expected_tau(iteration_law(spectr_law, P, Q, L=1, K=K)) == pytest.approx(
+        acceptance, abs=1e-6)
+
+
+@pytest.mark.parametrize("K", sorted(KSEQ_TABLE))
+def test_jax_bisection_finds_rho_star(K):
+    """The fixed-step bisection lands within its bracket width of Brent's root, on the valid
+    side, in float64; in float32 it still matches the §3.1 table to 1e-6."""
+    exact = kseq_rho(EXAMPLE_P, EXAMPLE_Q, K)
+    with jax.enable_x64(True):
+        rho = float(jax_kseq_rho(jnp.asarray(EXAMPLE_P), jnp.asarray(EXAMPLE_Q), K, 40))
+    assert exact <= rho <= exact + (K - 1) * 2.0**-40 + 1e-15
+    assert kseq_gap(EXAMPLE_P, EXAMPLE_Q, K, rho) <= 0
+    rho32 = float(jax_kseq_rho(jnp.asarray(EXAMPLE_P, jnp.float32),
+                               jnp.asarray(EXAMPLE_Q, jnp.float32), K, 40))
+    assert rho32 == pytest.approx(KSEQ_TABLE[K][0], abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_jax_bisection_on_random_laws(seed):
+    rng = np.random.default_rng(seed)
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    for K in (1, 2, 5, 8):
+        exact = kseq_rho(p, q, K)
+        with jax.enable_x64(True):
+            rho = float(jax_kseq_rho(jnp.asarray(p), jnp.asarray(q), K, 60))
+        assert rho == pytest.approx(exact, abs=1e-12)
+
+
+@pytest.mark.parametrize("K, L, expected", [(2, 2, 1.405487), (3, 2, 1.593306),
+                                            (4, 2, 1.712385), (2, 3, 1.821025)])
+def test_expected_tau_on_the_example(K, L, expected):
+    """ALGORITHMS.md §3.2, §7.3 tables and §8."""
+    P, Q = example_pair()
+    assert expected_tau(iteration_law(spectr_law, P, Q, L=L, K=K)) == pytest.approx(
+        expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed, K, expected", [(0, 2, 1.1442), (1, 3, 0.8846), (2, 4, 1.5357),
+                                               (3, 3, 1.1351)])
+def test_expected_tau_on_the_random_pairs_table(seed, K, expected):
+    """ALGORITHMS.md §7.3, 'E[tau], 5 random pairs' (V = 3, L = 2), SpecTr column."""
+    P, Q = random_pair(3, seed)
+    assert expected_tau(iteration_law(spectr_law, P, Q, L=2, K=K)) == pytest.approx(
+        expected, abs=5e-5)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RhoFixedAtOne(SpecTrVerifier):
+    """Mutation: K-SEQ with rho = 1 (accept with min(1, p/q) per draft); invalid for k >= 2."""
+
+    lossless: bool = False
+
+    def rho(self, p, q, k):
+        return jnp.ones((), p.dtype)
+
+
+def test_monte_carlo_matches_exact_law_and_catches_rho_mutation():
+    P, Q = random_pair(3, 3)
+    exact = iteration_law(spectr_law, P, Q, L=2, K=3)
+    run = functools.partial(sample_emitted, P=P, Q=Q, L=2, K=3, n=100_000, seed=1)
+    real = chi_square(run(get_verifier("spectr")), exact)
+    mutant = chi_square(run(RhoFixedAtOne()), exact)
+    print(f"spectr MC: real {real}, mutant {mutant}")
+    assert real.passes(FPR)
+    assert not mutant.passes(FPR)
+
+
+def test_walk_follows_the_surviving_draft():
+    """One-hot target along draft 1: draft 0's token has no target mass and is rejected, draft
+    1's is accepted, the walk continues along draft 1 only and ends with the bonus (§3.2)."""
+    V = 3
+    drafts = jnp.array([[0, 0], [2, 1]], jnp.int32)
+    q = jnp.full((2, 2, V), 1 / V)
+    p = jnp.stack([jax.nn.one_hot(jnp.array([2, 1, 0]), V)] * 2)
+    verdict, _ = jax.jit(get_verifier("spectr"))(jax.random.key(3), drafts, q, p, ())
+    assert np.asarray(verdict.tokens).tolist() == [2, 1, 0]
+    assert int(verdict.draft_index) == 1
+
+
+def test_rejects_bad_inputs():
+    with pytest.raises(ValueError, match="bisection_steps must be an integer >= 1"):
+        get_verifier("spectr", bisection_steps=0)
+    with pytest.raises(ValueError, match="bisection_steps must be an integer >= 1"):
+        spectr_law(*example_pair(), (), L=1, K=2, bisection_steps=2.5)
+    v = get_verifier("spectr")
+    with pytest.raises(ValueError, match="q must have shape"):
+        v(jax.random.key(0), jnp.zeros((2, 3), jnp.int32), jnp.full((2, 2, 4), 0.25),
+          jnp.full((2, 4, 4), 0.25), ())
