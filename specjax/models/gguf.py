@@ -21,8 +21,10 @@ import os
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
 from jaxtyping import Float
+
+from specjax.models.gguf_file import GGUFFile, TensorInfo
 
 #: Per-layer canonical key -> GGUF tensor name suffix in ``blk.N.``.
 LAYER_TENSORS: dict[str, str] = {
@@ -43,10 +45,13 @@ _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<
 _CHUNK_ELEMS = 1 << 24  # 64 MiB of float32 per dequantization chunk
 
 
-def field(reader: GGUFReader, key: str, default: Any = None) -> Any:
-    """The decoded value of metadata ``key`` (scalar, str or list), or ``default``."""
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
+def open_gguf(path_or_file: str | os.PathLike | GGUFFile) -> GGUFFile:
+    """A parsed ``GGUFFile`` (passed through when given one)."""
+    if isinstance(path_or_file, GGUFFile):
+        return path_or_file
+    if not isinstance(path_or_file, str | os.PathLike):
+        raise TypeError(f"expected a path or GGUFFile, got {type(path_or_file).__name__}")
+    return GGUFFile(path_or_file)
 
 
 def permute_qk(w: Float[np.ndarray, "out in"], n_heads: int) -> Float[np.ndarray, "out in"]:
@@ -72,44 +77,44 @@ def _head_dim(rows: int, n_heads: int) -> int:
     return rows // n_heads
 
 
-def read_hparams(reader: GGUFReader) -> dict[str, Any]:
+def read_hparams(reader: GGUFFile) -> dict[str, Any]:
     """Canonical hyperparameters (keys of ``specjax.models.config.ModelConfig``)."""
-    arch = field(reader, "general.architecture")
+    arch = reader.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise ValueError(f"unsupported GGUF arch={arch!r}; allowed: {list(SUPPORTED_ARCHS)}")
-    tensors = {t.name: t for t in reader.tensors}
-    tokens = field(reader, "tokenizer.ggml.tokens", [])
+    tensors = reader.tensors
+    tokens = reader.get("tokenizer.ggml.tokens", [])
     vocab = int(tensors["token_embd.weight"].shape[1])
-    heads = int(field(reader, f"{arch}.attention.head_count"))
-    hidden = int(field(reader, f"{arch}.embedding_length"))
-    head_dim = int(field(reader, f"{arch}.attention.key_length", hidden // heads))
-    add_bos = bool(field(reader, "tokenizer.ggml.add_bos_token", arch == "llama"))
-    bos = field(reader, "tokenizer.ggml.bos_token_id")
+    heads = int(reader.get(f"{arch}.attention.head_count"))
+    hidden = int(reader.get(f"{arch}.embedding_length"))
+    head_dim = int(reader.get(f"{arch}.attention.key_length", hidden // heads))
+    add_bos = bool(reader.get("tokenizer.ggml.add_bos_token", arch == "llama"))
+    bos = reader.get("tokenizer.ggml.bos_token_id")
     return {
         "arch": arch,
         "vocab_size": vocab,
-        "num_layers": int(field(reader, f"{arch}.block_count")),
+        "num_layers": int(reader.get(f"{arch}.block_count")),
         "hidden_size": hidden,
         "num_heads": heads,
-        "num_kv_heads": int(field(reader, f"{arch}.attention.head_count_kv", heads)),
+        "num_kv_heads": int(reader.get(f"{arch}.attention.head_count_kv", heads)),
         "head_dim": head_dim,
-        "intermediate_size": int(field(reader, f"{arch}.feed_forward_length")),
-        "rope_theta": float(field(reader, f"{arch}.rope.freq_base", 10000.0)),
-        "rms_eps": float(field(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
+        "intermediate_size": int(reader.get(f"{arch}.feed_forward_length")),
+        "rope_theta": float(reader.get(f"{arch}.rope.freq_base", 10000.0)),
+        "rms_eps": float(reader.get(f"{arch}.attention.layer_norm_rms_epsilon")),
         "qkv_bias": "blk.0.attn_q.bias" in tensors,
         "tie_embeddings": "output.weight" not in tensors,
-        "context_length": int(field(reader, f"{arch}.context_length")),
+        "context_length": int(reader.get(f"{arch}.context_length")),
         # The token to prepend to prompts; None when the model's tokenizer adds none.
         "bos_id": int(bos) if bos is not None and add_bos else None,
         "eos_ids": eos_ids(reader, tokens),
     }
 
 
-def eos_ids(reader: GGUFReader, tokens: list[str] | None = None) -> tuple[int, ...]:
+def eos_ids(reader: GGUFFile, tokens: list[str] | None = None) -> tuple[int, ...]:
     """``eos_token_id``, ``eot_token_id`` and the end-of-turn control tokens present."""
-    tokens = field(reader, "tokenizer.ggml.tokens", []) if tokens is None else tokens
-    types = field(reader, "tokenizer.ggml.token_type", [])
-    ids = [field(reader, f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
+    tokens = reader.get("tokenizer.ggml.tokens", []) if tokens is None else tokens
+    types = reader.get("tokenizer.ggml.token_type", [])
+    ids = [reader.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot")]
     index = {t: i for i, t in enumerate(tokens) if t in _END_OF_TURN}
     for name in _END_OF_TURN:
         i = index.get(name)
@@ -119,16 +124,15 @@ def eos_ids(reader: GGUFReader, tokens: list[str] | None = None) -> tuple[int, .
 
 
 def read_gguf(
-    path: str | os.PathLike | GGUFReader,
+    path: str | os.PathLike | GGUFFile,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read ``path`` into (canonical hparams, canonical float32 weights); see the module doc.
 
-    Accepts an open ``GGUFReader`` too: parsing the metadata of a 150k-token vocabulary takes
-    seconds, so a loader can share one reader with ``GGUFTokenizer.from_gguf``.
+    Accepts an open ``GGUFFile`` too, so a loader can share one with ``GGUFTokenizer``.
     """
-    reader = path if isinstance(path, GGUFReader) else GGUFReader(path)
+    reader = open_gguf(path)
     hp = read_hparams(reader)
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = reader.tensors
     n, d, f = hp["num_layers"], hp["hidden_size"], hp["intermediate_size"]
     q, kv = hp["num_heads"] * hp["head_dim"], hp["num_kv_heads"] * hp["head_dim"]
     shapes = {
@@ -163,19 +167,18 @@ def read_gguf(
     return hp, weights
 
 
-def _tensor(tensors: dict[str, Any], name: str) -> Any:
+def _tensor(tensors: dict[str, TensorInfo], name: str) -> TensorInfo:
     if name not in tensors:
         raise ValueError(f"GGUF file lacks tensor {name!r}")
     return tensors[name]
 
 
 def _dequantize_into(
-    t: Any, dest: np.ndarray, unpermute_heads: int | None = None, transpose: bool = True
+    t: TensorInfo, dest: np.ndarray, unpermute_heads: int | None = None, transpose: bool = True
 ) -> None:
     """Dequantize GGUF tensor ``t`` (rows = out) into ``dest`` ((in, out), or (out, in) when
     ``transpose`` is False), a chunk of whole rows (whole heads when un-permuting) at a time."""
-    qtype = GGMLQuantizationType(t.tensor_type)
-    data = t.data
+    qtype, data = t.qtype, t.data
     expected = tuple(int(x) for x in reversed(t.shape))
     got = dest.shape[::-1] if transpose and dest.ndim == 2 else dest.shape
     if tuple(got) != expected:
@@ -199,7 +202,5 @@ def _dequantize_into(
             dest[r0 : r0 + block.shape[0]] = block
 
 
-def _dequantize(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
-    from gguf.quants import dequantize
-
+def _dequantize(data: np.ndarray, qtype: Any) -> np.ndarray:
     return np.asarray(dequantize(np.asarray(data), qtype), dtype=np.float32)
