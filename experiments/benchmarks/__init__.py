@@ -1,0 +1,1 @@
+"""Micro-benchmarks of specjax components (run as modules: python -m experiments.benchmarks.X)."""
