@@ -56,21 +56,31 @@ def _instantiate(cfg: DictConfig):
     return drafter, verifier, sampling, dataset
 
 
+def _load(name: str):
+    """``specjax.load_model`` (toy names go straight to the toy loader, as load_model does)."""
+    if name.startswith("toy"):
+        from specjax.models.toy import load_toy
+
+        return load_toy(name)
+    import specjax
+
+    return specjax.load_model(name)
+
+
 def _load_models(cfg: DictConfig, drafter):
     """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
-    import specjax
     from specjax.drafters import ModelDrafter
 
     needs_draft = type(drafter) is ModelDrafter
     try:
-        target = specjax.load_model(cfg.model.target)
+        target = _load(cfg.model.target)
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
     if needs_draft and cfg.model.get("draft"):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
-                     else specjax.load_model(cfg.model.draft))
+                     else _load(cfg.model.draft))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
