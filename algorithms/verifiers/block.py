@@ -94,8 +94,9 @@ class BlockVerifier:
         w = block_weights(p[pos, x], q[pos, x])
         h = block_acceptance(w, q, p)
         eta = jax.random.uniform(k_coin, (L,))
-        # tau = max{i : eta_i <= h_i}, 0 when no sub-block passes (scan all i, no early exit).
-        tau = jnp.max(jnp.where(eta <= h, pos + 1, 0)).astype(jnp.int32)
+        # tau = max{i : eta_i <= h_i}, 0 when none passes (scan all i, no early exit). Strict <:
+        # uniform() can return exactly 0, and h_i = 0 must never accept (a p = 0 branch).
+        tau = jnp.max(jnp.where(eta < h, pos + 1, 0)).astype(jnp.int32)
         i = jnp.minimum(tau, L - 1)
         w_tau = jnp.where(tau == 0, 1.0, w[jnp.maximum(tau - 1, 0)])
         correction = residual(w_tau * p[i], q[i], fallback=p[i])

@@ -131,7 +131,9 @@ class GreedyBlockVerifier:
                           excess / jnp.where(deficit > 0, deficit, 1.0))
         h = jnp.concatenate([jnp.minimum(h_mid, 1.0), jnp.minimum(r[L:], 1.0)])
         eta = jax.random.uniform(k_coin, (L,))
-        tau = jnp.max(jnp.where(eta <= h, jnp.arange(1, L + 1), 0)).astype(jnp.int32)
+        # tau = max{i : eta_i <= h_i}, 0 when none passes (scan all i, no early exit). Strict <:
+        # uniform() can return exactly 0, and h_i = 0 must never accept (a p = 0 branch).
+        tau = jnp.max(jnp.where(eta < h, jnp.arange(1, L + 1), 0)).astype(jnp.int32)
 
         t_tau, q_tau = t_rows[tau], q_ext[tau]
         correction = residual(r[tau] * t_tau, q_tau, fallback=t_tau)
