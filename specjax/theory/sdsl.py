@@ -96,7 +96,11 @@ class AcceptanceFit:
 
 
 def fit_acceptance(draft_ppl, target_ppl, alpha) -> AcceptanceFit:
-    """Ordinary least squares of α on [draft PPL, target PPL, 1], as SDSL's plane [2ND]."""
+    """Ordinary least squares of α on [draft PPL, target PPL, 1], as SDSL's plane [2ND].
+
+    Pass raw perplexities (not log-PPL or loss): that is the unit SDSL reportedly used [2ND],
+    and the only one under which its coefficients produce the N* law (THEORY.md §3).
+    """
     x = check_positive(draft_ppl, "draft_ppl").ravel()
     y = check_positive(target_ppl, "target_ppl").ravel()
     a = check_alpha(alpha).ravel()
@@ -126,6 +130,8 @@ def throughput_per_flop(N, M, alpha, k=None):
 
     ``k=None`` uses the continuous throughput-optimal lookahead γ* (as SDSL does [2ND]);
     otherwise the given lookahead. 2M·T is the FLOP speedup over autoregressive decoding.
+    Assumes i.i.d. acceptances, one target forward per iteration (one-pass verify), FLOPs =
+    2 × params per token and c = N/M; SDSL's own T(N, M, D, D′) was not readable.
     """
     N, M = check_positive(N, "N"), check_positive(M, "M")
     c = N / M
@@ -149,6 +155,10 @@ def optimal_draft_size(target_params, *, D=1e12, D_prime=1e12, coeffs=SDSL_2ND,
     A coarse grid over ln N in [ln n_min, ln M] locates the maximum, then a bounded scalar search
     refines it between the neighbouring grid points (T need not be unimodal for every plane).
     The 1e12 defaults for D and D′ are a mid-grid choice, not a value from SDSL.
+
+    Assumptions (module docstring): i.i.d. β with mean α; one-pass verify cost; FLOPs = 2 ×
+    params; α clipped to [ε, 1 − ε]; raw-PPL units from Chinchilla's MassiveText loss fed to a
+    plane fitted on HellaSwag PPL [2ND]. The result is [DERIVED]; compare with ``N_STAR_LAW``.
     """
     check_int(k_max, "k_max", 1)
     check_int(grid, "grid", 3)

@@ -6,10 +6,11 @@ tokens per iteration of ``get_verifier("token")`` must match it up to sampling e
 
 False-positive reasoning: n is a capped geometric variable whose variance we compute exactly
 from its law (below, independently of ``specjax.theory``). With N = 200,000 iterations the worst
-relative standard error over the 9 cells is 0.16 % (α = 0.6, k = 8), so the 1 % tolerance is at
-least 6.1σ; the CLT then gives a two-sided per-cell false-positive probability below 1.1e-9 and
-below 1e-8 for all 9 cells together (Bonferroni), under the stated 1e-6. The test asserts the
-"≥ z σ" margin itself, so a change of N that breaks the reasoning fails loudly. The seed is fixed,
+relative standard error over the 9 cells is 0.165 % (α = 0.6, k = 8), so the 1 % tolerance is at
+least 6.07σ; the CLT then gives a two-sided per-cell false-positive probability of at most 1.3e-9
+and 1.2e-8 for all 9 cells together (Bonferroni), under the stated 1e-6 (which needs only
+z = 5.31σ per cell). The test asserts that margin itself, so a change of N that breaks the
+reasoning fails loudly. The seed is fixed,
 so the outcome is deterministic anyway.
 
 Mutants that must FAIL the same check: a verifier with p and q swapped in the acceptance ratio
