@@ -1,5 +1,5 @@
 """Exact one-iteration law of SpecTr with K-SEQ at every node (ALGORITHMS.md §3; Sun et al.,
-NeurIPS 2023, Algorithms 3-4), computed as a recursion over the draft tree.
+NeurIPS 2023), computed as a recursion over the draft tree.
 
 Independent of the JAX verifier: rho* is found with Brent's method in float64 (the JAX code
 bisects a fixed number of steps), so a bug in one search cannot hide in the other. Tree

@@ -1,9 +1,9 @@
 """SpecTr: K-SEQ draft selection at every node of K i.i.d. draft sequences.
 
 Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal Transport",
-NeurIPS 2023 (arXiv 2310.15141), Algorithm 3 (K-SEQ) and Algorithm 4 (multi-draft tree).
-ALGORITHMS.md §3.1-3.2 (the paper writes p for the draft and q for the target; here p is the
-target and q the draft).
+NeurIPS 2023 (arXiv 2310.15141): the K-SEQ selection and its multi-draft sequence version,
+restated in ALGORITHMS.md §3.1-3.2 (the paper writes p for the draft and q for the target;
+here p is the target and q the draft).
 
 K-SEQ at a node with target p, draft q and k surviving drafts x_1..x_k ~ q i.i.d. (§3.1):
 accept x_i with probability min(1, p(x_i) / (rho q(x_i))), output the first accepted; if none,

@@ -68,7 +68,7 @@ def test_optimum_on_the_example(K, expected):
 @pytest.mark.parametrize("seed", range(8))
 def test_rrs_and_kseq_within_their_guarantees(seed):
     """Single token: RRS and K-SEQ never exceed alpha*, and K-SEQ reaches at least
-    (1 - (1 - 1/K)^K) alpha* (SpecTr, Sun et al. 2023, Thm 2)."""
+    (1 - (1 - 1/K)^K) alpha* (SpecTr's K-SEQ guarantee, ALGORITHMS.md §3)."""
     P, Q = random_pair(2 + seed % 3, seed)
     p, q = P(()), Q(())
     for K in (2, 3, 4):
