@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from experiments.validate import (
+    CONFIG_DIR,
     ConfigError,
     check_config,
     check_group_overrides,
@@ -147,7 +148,8 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+# An absolute path: relative ones resolve differently under `python -m` and the console script.
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:

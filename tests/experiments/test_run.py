@@ -125,8 +125,11 @@ def test_invalid_values_name_the_field_and_touch_nothing(make_cfg, greedy_run, o
 
 
 def _cli(*args, cwd):
+    """Run ``main`` exactly as the ``specjax-run`` console script does (imported, not __main__:
+    Hydra resolves the config dir differently for the two)."""
     env = {**os.environ, "WANDB_MODE": "offline", "JAX_PLATFORMS": "cpu"}
-    return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=cwd, env=env,
+    code = "import sys; from experiments.run import main; sys.argv[0] = 'specjax-run'; main()"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
