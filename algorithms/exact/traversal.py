@@ -45,7 +45,7 @@ def traversal_node_law(P, Q, ctx, u, w, m, L, *, update_duplicates=True):
     """
     if m == 0 or len(u) == L:  # a leaf: its own test, bonus/correction from r_u = p(.|u)
         r = P(ctx + u)
-        return {(y,): w * r[y] for y in np.flatnonzero(r > 0)}, 1.0 - w
+        return {(int(y),): w * r[y] for y in np.flatnonzero(r > 0)}, 1.0 - w
     q_u, p_u = Q(ctx + u), P(ctx + u)
     support = [int(x) for x in np.flatnonzero(q_u > 0)]
     out: dict = {}

@@ -1,0 +1,124 @@
+"""SpecTr-GBV Algorithm 1 as released: multi-draft greedy block verification, no fix-up.
+
+Lin, Sheng, Cai, Zhou, "SpecTr-GBV: Multi-Draft Block Verification Accelerating Speculative
+Decoding", arXiv 2604.25925, Algorithm 1, Eq. 2 (sub-block acceptance) and Eq. 4 (residual), in
+the form of the official code (ALGORITHMS.md §5.1; notation p = target, q = draft). Ported so the
+paper's experiments can be reproduced; it is NOT distribution-preserving (§5.3 and this repo's
+exact checker: first-token bias for K >= 2, multi-token bias at K = 1 without the §4.1 fix-up).
+
+With joint probabilities along a block z, r(z) = min(1, q(z)/p(z)), A(z) = p(z)[1 - (1-r(z))^K]
+and C(z) = 1 - (1 - q(z))^K:
+    h(y) = [A(y) - sum_x A(y,x)] / [C(y) - sum_x A(y,x)]    for |y| < L      (Eq. 2, code form)
+    h(y) = A(y) / C(y)                                        for |y| = L
+and a test passes when U < h (clipping is implicit: h > 1 always passes, h < 0 never).
+
+Control flow: drafts are scanned in order. For draft k the sub-blocks y = X^(k)_<=t, t = tau+1
+.. L-1, are tested unless y is in H (the set of rejected sub-blocks); a pass sets tau = t and
+acc = y (h uses draft k's own joints, so acc may switch drafts), a failure adds y to H. Then the
+full block is tested ignoring H; a pass sets tau = L and ends the draft loop (a rejected full
+block is not added to H). The extra token is a bonus from p(.|acc) when tau = L, else a
+correction from Eq. 4 at y = acc:
+    "released": p(y,x) [1 - r(y,x)^K]   (the power on the min, as coded)
+    "deficit":  p(y,x) [1 - r(y,x)]^K = p(y,x) - A(y,x)
+falling back to p(.|acc) when that residual has no mass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from algorithms.verifiers.base import Verdict, emit, residual, safe_ratio, sample, validate_inputs
+
+RESIDUALS = ("released", "deficit")
+
+
+def one_minus_pow(x: Float[Array, "..."], K: int) -> Float[Array, "..."]:
+    """1 - (1 - x)^K without cancellation for small x."""
+    return -jnp.expm1(K * jnp.log1p(-jnp.minimum(x, 1.0)))
+
+
+def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Array, "K L+1 V"]
+               ) -> tuple[Float[Array, "K L"], Float[Array, "K L+1"], Float[Array, "K L+1"]]:
+    """h(X^(k)_<=t) for every draft k and t = 1..L (Eq. 2), plus the joints p(X_<=t), q(X_<=t)."""
+    K, L = drafts.shape
+    p_x = jnp.take_along_axis(p[:, :L], drafts[..., None], -1)[..., 0]  # p(X_t | X_<t)
+    q_x = jnp.take_along_axis(q, drafts[..., None], -1)[..., 0]
+    ones = jnp.ones((K, 1), p.dtype)
+    p_joint = jnp.concatenate([ones, jnp.cumprod(p_x, axis=1)], axis=1)  # [K, L+1], t = 0..L
+    q_joint = jnp.concatenate([ones, jnp.cumprod(q_x, axis=1)], axis=1)
+
+    def accepted_mass(pz, qz):  # A(z)
+        return pz * one_minus_pow(safe_ratio(qz, pz), K)
+
+    cover = one_minus_pow(q_joint[:, 1:], K)  # C(X_<=t), t = 1..L
+    own = accepted_mass(p_joint[:, 1:], q_joint[:, 1:])
+    # sum_x A(X_<=t, x) for t = 1..L-1 (the children of each tested sub-block).
+    children = accepted_mass(p_joint[:, 1:L, None] * p[:, 1:L],
+                             q_joint[:, 1:L, None] * q[:, 1:]).sum(-1)
+    num = own[:, :L - 1] - children
+    den = cover[:, :L - 1] - children
+    h_sub = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 1.0)
+    h = jnp.concatenate([h_sub, own[:, L - 1:] / cover[:, L - 1:]], axis=1)
+    return h, p_joint, q_joint
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecTrGBVVerifier:
+    residual: str = "released"
+    lossless: bool = False  # measured by tests/algorithms/test_spectr_gbv.py, not the paper's claim
+    max_drafts: int | None = None
+
+    # Mutation hook for tests: False re-tests sub-blocks already rejected (ignores H).
+    _skip_rejected: ClassVar[bool] = True
+
+    def __post_init__(self):
+        if self.residual not in RESIDUALS:
+            raise ValueError(f"SpecTrGBVVerifier: residual must be one of {RESIDUALS}, "
+                             f"got {self.residual!r}")
+
+    def init_state(self, L: int, V: int):
+        return ()
+
+    def __call__(
+        self,
+        key: Array,
+        drafts: Int[Array, "K L"],
+        q: Float[Array, "K L V"],
+        p: Float[Array, "K L+1 V"],
+        state=(),
+    ) -> tuple[Verdict, tuple]:
+        K, L, _ = validate_inputs(self, drafts, q, p)
+        k_coin, k_extra = jax.random.split(key)
+        h, p_joint, q_joint = acceptance(drafts, q, p)
+        u = jax.random.uniform(k_coin, (K, L))
+        # same[j, k, t]: drafts j and k agree on their first t tokens (same sub-block).
+        eq = drafts[:, None, :] == drafts[None, :, :]
+        same = jnp.concatenate([jnp.ones((K, K, 1), bool), jnp.cumprod(eq, -1).astype(bool)], -1)
+
+        def draft(k, carry):
+            tau, acc, rejected, done = carry
+            for t in range(1, L):  # sub-blocks X^(k)_<=t
+                in_h = (rejected[:, t] & same[:, k, t]).any() & self._skip_rejected
+                test = ~done & (t > tau) & ~in_h
+                passed = u[k, t - 1] < h[k, t - 1]
+                tau = jnp.where(test & passed, t, tau)
+                acc = jnp.where(test & passed, k, acc)
+                rejected = rejected.at[k, t].set(rejected[k, t] | (test & ~passed))
+            full = ~done & (u[k, L - 1] < h[k, L - 1])  # ignores H; ends the draft loop
+            return (jnp.where(full, L, tau), jnp.where(full, k, acc), rejected, done | full)
+
+        init = (jnp.int32(0), jnp.int32(0), jnp.zeros((K, L + 1), bool), jnp.bool_(False))
+        tau, acc, _, _ = jax.lax.fori_loop(0, K, draft, init)
+        # Eq. 4 at y = X^(acc)_<=tau, with joint ratio r(y,x) = min(1, q(y,x)/p(y,x)).
+        i = jnp.minimum(tau, L - 1)
+        p_yx = p_joint[acc, i] * p[acc, i]
+        r = safe_ratio(q_joint[acc, i] * q[acc, i], p_yx)
+        deficit = 1.0 - r**K if self.residual == "released" else (1.0 - r) ** K
+        correction = residual(p_yx * deficit, jnp.zeros_like(p_yx), fallback=p[acc, i])
+        extra = sample(k_extra, jnp.where(tau == L, p[acc, L], correction))
+        return emit(drafts[acc], tau, extra, jnp.where(tau > 0, acc, 0)), state
