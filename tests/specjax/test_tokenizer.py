@@ -48,7 +48,7 @@ def test_smollm2_goldens(smol):
 def test_smollm2_mutant_pre_tokenizer_fails_goldens():
     """The goldens can fail: byte-level BPE without the word-splitting regex merges across
     words. (Dropping only the digit split is not detectable on SmolLM2: its merges contain no
-    digit pairs, so digits end up single either way.)"""
+    merge involving a digit, so digits end up single either way.)"""
     mutant = GGUFTokenizer.from_gguf(fetch(SMOL, progress=False))
     mutant.tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
         add_prefix_space=False, use_regex=False
