@@ -223,3 +223,45 @@ def test_smollm2_hparams_and_shapes(smollm2):
     for k, a in w.items():
         assert a.dtype == np.float32 and np.isfinite(a).all(), k
         assert np.abs(a).max() > 0, k  # every slot was written
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, layers, hidden, heads, kv",
+    [
+        ("qwen2.5-coder-0.5b-instruct", 24, 896, 14, 2),
+        ("qwen2.5-coder-1.5b-instruct", 28, 1536, 12, 2),
+    ],
+)
+def test_qwen_hparams_match_the_issue_table(name, layers, hidden, heads, kv):
+    hp = G.read_hparams(GGUFFile(fetch(name, progress=False)))
+    assert (hp["arch"], hp["num_layers"], hp["hidden_size"]) == ("qwen2", layers, hidden)
+    assert (hp["num_heads"], hp["num_kv_heads"]) == (heads, kv)
+    assert hp["qkv_bias"] and not hp["tie_embeddings"]  # separate output head
+    assert hp["eos_ids"][0] == 151645  # <|im_end|>
+
+
+PEAK_RSS_SCRIPT = """
+import resource, sys
+from specjax.models.gguf import read_gguf
+hp, w = read_gguf(sys.argv[1])
+print(sum(a.nbytes for a in w.values()), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_qwen_1_5b_peak_rss_within_budget():
+    """The agreement: peak RSS of loading the 1.5B <= 1.5 x its float32 size (fresh process)."""
+    import subprocess
+    import sys
+
+    path = fetch("qwen2.5-coder-1.5b-instruct", progress=False)
+    out = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS_SCRIPT, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    f32, peak = map(int, out.stdout.split())
+    assert f32 == 1_777_088_000 * 4  # every parameter once, float32
+    assert peak <= 1.5 * f32, f"peak RSS {peak / 2**30:.2f} GiB vs float32 {f32 / 2**30:.2f} GiB"
