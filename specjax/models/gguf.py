@@ -84,30 +84,37 @@ def read_hparams(reader: GGUFFile) -> dict[str, Any]:
         raise ValueError(f"unsupported GGUF arch={arch!r}; allowed: {list(SUPPORTED_ARCHS)}")
     tensors = reader.tensors
     tokens = reader.get("tokenizer.ggml.tokens", [])
-    vocab = int(tensors["token_embd.weight"].shape[1])
-    heads = int(reader.get(f"{arch}.attention.head_count"))
-    hidden = int(reader.get(f"{arch}.embedding_length"))
+    vocab = int(_tensor(tensors, "token_embd.weight").shape[1])
+    heads = int(_require(reader, f"{arch}.attention.head_count"))
+    hidden = int(_require(reader, f"{arch}.embedding_length"))
     head_dim = int(reader.get(f"{arch}.attention.key_length", hidden // heads))
     add_bos = bool(reader.get("tokenizer.ggml.add_bos_token", arch == "llama"))
     bos = reader.get("tokenizer.ggml.bos_token_id")
     return {
         "arch": arch,
         "vocab_size": vocab,
-        "num_layers": int(reader.get(f"{arch}.block_count")),
+        "num_layers": int(_require(reader, f"{arch}.block_count")),
         "hidden_size": hidden,
         "num_heads": heads,
         "num_kv_heads": int(reader.get(f"{arch}.attention.head_count_kv", heads)),
         "head_dim": head_dim,
-        "intermediate_size": int(reader.get(f"{arch}.feed_forward_length")),
+        "intermediate_size": int(_require(reader, f"{arch}.feed_forward_length")),
         "rope_theta": float(reader.get(f"{arch}.rope.freq_base", 10000.0)),
-        "rms_eps": float(reader.get(f"{arch}.attention.layer_norm_rms_epsilon")),
+        "rms_eps": float(_require(reader, f"{arch}.attention.layer_norm_rms_epsilon")),
         "qkv_bias": "blk.0.attn_q.bias" in tensors,
         "tie_embeddings": "output.weight" not in tensors,
-        "context_length": int(reader.get(f"{arch}.context_length")),
+        "context_length": int(_require(reader, f"{arch}.context_length")),
         # The token to prepend to prompts; None when the model's tokenizer adds none.
         "bos_id": int(bos) if bos is not None and add_bos else None,
         "eos_ids": eos_ids(reader, tokens),
     }
+
+
+def _require(reader: GGUFFile, key: str) -> Any:
+    value = reader.get(key)
+    if value is None:
+        raise ValueError(f"GGUF file {reader.path} lacks metadata key {key!r}")
+    return value
 
 
 def eos_ids(reader: GGUFFile, tokens: list[str] | None = None) -> tuple[int, ...]:

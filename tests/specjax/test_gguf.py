@@ -192,14 +192,15 @@ def test_bad_files(tmp_path):
         G.read_gguf(bad)
     with pytest.raises(TypeError, match="path or GGUFFile"):
         G.read_gguf(3)
-    path = tmp_path / "gemma.gguf"
-    w = gguf.GGUFWriter(path, arch="gemma2")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    with pytest.raises(ValueError, match=r"arch='gemma2'.*llama"):
-        G.read_gguf(path)
+    for arch, match in (("gemma2", r"arch='gemma2'.*llama"), ("llama", "token_embd.weight")):
+        path = tmp_path / f"{arch}.gguf"
+        w = gguf.GGUFWriter(path, arch=arch)  # metadata and tensors missing
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        with pytest.raises(ValueError, match=match):
+            G.read_gguf(path)
 
 
 @pytest.fixture(scope="module")
