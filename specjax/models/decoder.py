@@ -127,9 +127,10 @@ class Decoder(nnx.Module):
             )
         c = self.config
         shape = (self.active_layers, max_len + scratch, c.num_kv_heads, c.head_dim)
-        zeros = jnp.zeros(shape, jnp.float32)
+        # Two distinct buffers: k and v are donated (updated in place) independently.
+        k, v = jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)
         return KVCache(
-            k=zeros, v=zeros, length=jnp.zeros((), jnp.int32), max_len=max_len, scratch=scratch
+            k=k, v=v, length=jnp.zeros((), jnp.int32), max_len=max_len, scratch=scratch
         )
 
     def forward(

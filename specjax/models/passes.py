@@ -10,9 +10,12 @@ root and its own ancestors only.
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from specjax.models.base import Cache, CausalLM
@@ -106,3 +109,50 @@ def commit_path(
     """Commit the root and the first ``num_accepted`` (tau) tokens of draft ``draft_index``."""
     slots = jnp.concatenate([jnp.zeros((1,), jnp.int32), 1 + draft_index * L + jnp.arange(L)])
     return model.commit(cache, slots, num_accepted + 1)
+
+
+class JittedPasses:
+    """The four passes jitted once for one model: ``nnx.split`` here, ``nnx.merge`` inside jit.
+
+    The weights enter each compiled function as an argument (never as baked-in constants), and
+    the cache argument is donated so XLA updates the KV arrays in place.
+    """
+
+    def __init__(self, model: CausalLM):
+        graphdef, self.state = nnx.split(model)
+        merge = partial(nnx.merge, graphdef)
+        donate = dict(donate_argnames="cache")
+        self._prefill = jax.jit(lambda s, t, n, cache: prefill(merge(s), t, n, cache), **donate)
+        self._decode = jax.jit(lambda s, t, cache: decode(merge(s), t, cache), **donate)
+        self._score = jax.jit(lambda s, r, d, cache: score_tree(merge(s), r, d, cache), **donate)
+        self._commit = jax.jit(
+            lambda s, cache, d, tau, L: commit_path(merge(s), cache, d, tau, L),
+            static_argnames="L",
+            **donate,
+        )
+        self._logits = jax.jit(lambda s, t: merge(s).logits(t))
+        self.model = model
+
+    def init_cache(self, max_len: int | None = None, scratch: int = 16) -> Cache:
+        return self.model.init_cache(max_len, scratch)
+
+    def prefill(self, tokens, n, cache):
+        if tokens.shape[0] > cache.max_len:  # the clear error, before tracing
+            raise ValueError(
+                f"prefill: prompt of {tokens.shape[0]} tokens does not fit the cache "
+                f"(max_len={cache.max_len})"
+            )
+        return self._prefill(self.state, tokens, n, cache)
+
+    def decode(self, token, cache):
+        return self._decode(self.state, token, cache)
+
+    def score_tree(self, root, drafts, cache):
+        tree_mask(*drafts.shape, cache.scratch)  # raises the clear error before tracing
+        return self._score(self.state, root, drafts, cache)
+
+    def commit_path(self, cache, draft_index, num_accepted, L: int):
+        return self._commit(self.state, cache, draft_index, num_accepted, L=L)
+
+    def logits(self, tokens):
+        return self._logits(self.state, tokens)

@@ -1,0 +1,237 @@
+"""Forward equivalence of the cached decoder: the uncached full forward is the reference.
+
+full-sequence logits == prefill + step-by-step cached decode == score_tree logits of every
+drafted prefix (shared and diverging drafts); after committing an accepted path, decoding goes on
+as if the path had been decoded token by token. Random tiny models (llama-like tied GQA,
+qwen2-like with qkv bias and a separate head, plain multi-head) run the real code path.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.models.config import ModelConfig, tiny_config
+from specjax.models.decoder import Decoder
+from specjax.models.layers import weight_shapes
+from specjax.models.passes import JittedPasses, decode, prefill, score_tree, tree_mask
+
+TOL = 1e-5  # float32 max abs error on logits of order 1 (brief: <= 1e-5)
+PAD = 32  # every reference sequence is padded to this length
+MAX_LEN, SCRATCH, PROMPT = 24, 16, 16  # one cache/prompt shape so each pass compiles once
+
+CONFIGS = {
+    "llama_tied_gqa": tiny_config("llama"),
+    "qwen2_bias_head_gqa": tiny_config("qwen2"),
+    "llama_mha": tiny_config("llama", num_kv_heads=6, num_layers=2),  # plain multi-head
+}
+
+
+@pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa"])
+def jp(request):
+    return JittedPasses(Decoder.random(CONFIGS[request.param], seed=7))
+
+
+def tokens(V, n, seed):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, V, n), jnp.int32)
+
+
+def full_logits(jp, seq):
+    """Uncached reference logits; padded to one length so each model compiles it once (causal:
+    the padding cannot change earlier rows)."""
+    n = seq.shape[0]
+    return jp.logits(jnp.pad(seq, (0, PAD - n)))[:n]
+
+
+def maxerr(a, b):
+    return float(jnp.max(jnp.abs(jnp.asarray(a) - jnp.asarray(b))))
+
+
+def test_prefill_then_decode_equals_full_forward(jp):
+    check_prefill_then_decode(jp, SCRATCH)
+
+
+def test_chunked_prefill_and_multi_head_equal_full_forward():
+    """Scratch 8 < prompt 16: the prompt goes through in two chunks (plain multi-head model)."""
+    check_prefill_then_decode(JittedPasses(Decoder.random(CONFIGS["llama_mha"], 7)), 8)
+
+
+def check_prefill_then_decode(jp, scratch):
+    V = jp.model.vocab_size
+    seq = tokens(V, 20, seed=1)
+    full = full_logits(jp, seq)
+    cache = jp.init_cache(MAX_LEN, scratch)
+    pre, cache = jp.prefill(jnp.pad(seq[:11], (0, PROMPT - 11)), 11, cache)  # padded prompt
+    assert int(cache.length) == 11
+    assert maxerr(pre[:11], full[:11]) <= TOL
+    for t in range(11, 20):
+        logits, cache = jp.decode(seq[t], cache)
+        assert maxerr(logits, full[t]) <= TOL
+    assert int(cache.length) == 20
+
+
+def drafts_with_shared_and_diverging_prefixes(V, seed):
+    d = np.array(tokens(V, 12, seed)).reshape(3, 4)
+    d[1, :2] = d[0, :2]  # drafts 0 and 1 share a 2-token prefix, then diverge
+    d[1, 2] = (d[0, 2] + 1) % V
+    d[2, 0] = (d[0, 0] + 1) % V  # draft 2 diverges at its first token
+    return jnp.asarray(d)
+
+
+def score_after_prompt(jp, ctx, root, drafts):
+    cache = jp.init_cache(MAX_LEN, SCRATCH)
+    _, cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - ctx.shape[0])), ctx.shape[0], cache)
+    return jp.score_tree(root, drafts, cache)
+
+
+def test_score_tree_equals_full_forward_of_every_drafted_prefix(jp):
+    V = jp.model.vocab_size
+    ctx, root = tokens(V, 9, seed=2), tokens(V, 1, seed=3)
+    drafts = drafts_with_shared_and_diverging_prefixes(V, seed=4)
+    p, cache = score_after_prompt(jp, ctx, root, drafts)
+    assert p.shape == (3, 5, V)
+    assert int(cache.length) == 9  # scoring commits nothing
+    for k in range(3):
+        full = full_logits(jp, jnp.concatenate([ctx, root, drafts[k]]))
+        assert maxerr(p[k], full[9:]) <= TOL  # p[k, j] = target logits after drafts[k, :j]
+
+
+@pytest.mark.parametrize("jp", ["llama_tied_gqa"], indirect=True)
+def test_tree_mask_leak_is_detected(jp):
+    """Mutant: every node sees every scratch slot. The equivalence check above must catch it."""
+    V = jp.model.vocab_size
+    ctx, root = tokens(V, 9, seed=2), tokens(V, 1, seed=3)
+    drafts = drafts_with_shared_and_diverging_prefixes(V, seed=4)
+    cache = jp.init_cache(MAX_LEN, SCRATCH)
+    _, cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - 9)), 9, cache)
+    N = 1 + drafts.size
+    positions = cache.length + jnp.asarray([0] + [1, 2, 3, 4] * 3)
+    leaky = jnp.asarray(np.ones((N, SCRATCH), bool))
+    tokens_ = jnp.concatenate([root, drafts.reshape(-1)])
+    logits, _ = jp.model.forward(tokens_, positions, jnp.arange(N), leaky, cache)
+    full = full_logits(jp, jnp.concatenate([ctx, root, drafts[2]]))
+    assert maxerr(logits[9:13], full[10:14]) > 100 * TOL
+
+
+@pytest.mark.parametrize("d, tau", [(1, 2), (0, 0), (2, 4)])
+def test_commit_path_then_decode_equals_full_forward(jp, d, tau):
+    V = jp.model.vocab_size
+    ctx, root = tokens(V, 9, seed=5), tokens(V, 1, seed=6)
+    drafts = drafts_with_shared_and_diverging_prefixes(V, seed=7)
+    _, cache = score_after_prompt(jp, ctx, root, drafts)
+    cache = jp.commit_path(cache, jnp.int32(d), jnp.int32(tau), L=4)
+    assert int(cache.length) == 9 + 1 + tau
+    rest = tokens(V, 4, seed=8)  # the bonus token and what follows
+    full = full_logits(jp, jnp.concatenate([ctx, root, drafts[d, :tau], rest]))
+    for i in range(4):
+        logits, cache = jp.decode(rest[i], cache)
+        assert maxerr(logits, full[10 + tau + i]) <= TOL
+    # a second tree on top of the committed path agrees with the full forward as well
+    more = drafts_with_shared_and_diverging_prefixes(V, seed=9)
+    root2 = tokens(V, 1, seed=10)
+    p, _ = jp.score_tree(root2, more, cache)
+    for k in range(3):
+        seq = jnp.concatenate([ctx, root, drafts[d, :tau], rest, root2, more[k]])
+        full = full_logits(jp, seq)
+        assert maxerr(p[k], full[14 + tau :]) <= TOL
+
+
+def test_vmapped_batch_with_different_prompt_lengths_equals_per_sequence():
+    """The engine's use: jax.vmap of the per-sequence passes over prompts of their own lengths."""
+    jp = JittedPasses(Decoder.random(CONFIGS["qwen2_bias_head_gqa"], seed=3))
+    model, V = jp.model, jp.model.vocab_size
+    lengths = jnp.asarray([5, 12, 9])
+    prompts = jnp.stack([tokens(V, PROMPT, seed=20 + b) for b in range(3)])
+    roots = tokens(V, 3, seed=30)
+    drafts = jnp.stack([drafts_with_shared_and_diverging_prefixes(V, 40 + b) for b in range(3)])
+    cache = jax.vmap(lambda _: model.init_cache(MAX_LEN, SCRATCH))(jnp.arange(3))
+
+    @jax.jit
+    def batch(prompts, lengths, roots, drafts, cache):
+        _, cache = jax.vmap(lambda t, n, c: prefill(model, t, n, c))(prompts, lengths, cache)
+        step, cache = jax.vmap(lambda t, c: decode(model, t, c))(roots, cache)
+        p, cache = jax.vmap(lambda r, d, c: score_tree(model, r, d, c))(roots, drafts, cache)
+        return step, p, cache
+
+    step, p, cache = batch(prompts, lengths, roots, drafts, cache)
+    assert [int(x) for x in cache.length] == [6, 13, 10]
+    for b in range(3):
+        n = int(lengths[b])
+        seq = jnp.concatenate([prompts[b, :n], roots[b : b + 1], roots[b : b + 1]])
+        assert maxerr(step[b], full_logits(jp, seq[: n + 1])[n]) <= TOL
+        for k in range(3):
+            full = full_logits(jp, jnp.concatenate([seq, drafts[b, k]]))
+            assert maxerr(p[b, k], full[n + 1 :]) <= TOL
+
+
+def random_weights(config: ModelConfig, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        name: (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+        + (1.0 if name.endswith("norm") else 0.0)
+        for name, shape in weight_shapes(config).items()
+    }
+
+
+def test_early_exit_equals_a_model_built_with_fewer_layers():
+    config = tiny_config("llama", num_layers=4)
+    weights = random_weights(config, seed=11)
+    per_layer = set(weight_shapes(config)) - {"embed", "lm_head", "final_norm"}
+    sliced = {k: (w[:2] if k in per_layer else w) for k, w in weights.items()}
+    small = JittedPasses(Decoder.from_weights(config.replace(num_layers=2), sliced))
+    big = Decoder.from_weights(config, weights)
+    exit2 = JittedPasses(big.early_exit(2))
+    assert exit2.model.wq is big.wq  # shares the weights, no copy
+    seq = tokens(config.vocab_size, 10, seed=12)
+    assert maxerr(full_logits(exit2, seq), full_logits(small, seq)) <= TOL
+    # the check can fail: the full-depth model differs
+    assert maxerr(full_logits(exit2, seq), JittedPasses(big).logits(seq)) > 100 * TOL
+    c1, c2 = exit2.init_cache(MAX_LEN, SCRATCH), small.init_cache(MAX_LEN, SCRATCH)
+    assert c1.k.shape == c2.k.shape == (2, MAX_LEN + SCRATCH, config.num_kv_heads, config.head_dim)
+    _, c1 = exit2.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c1)
+    _, c2 = small.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c2)
+    assert maxerr(exit2.decode(seq[6], c1)[0], small.decode(seq[6], c2)[0]) <= TOL
+
+
+def test_prompt_longer_than_cache_is_a_clear_error():
+    jp = JittedPasses(Decoder.random(tiny_config("llama"), seed=0))
+    cache = jp.init_cache(8, 4)
+    with pytest.raises(ValueError, match="prompt of 9 tokens does not fit the cache"):
+        jp.prefill(tokens(67, 9, seed=0), 9, cache)
+    with pytest.raises(ValueError, match="does not fit the cache"):
+        prefill(jp.model, tokens(67, 9, seed=0), 9, cache)
+    with pytest.raises(ValueError, match=r"n must be in \[0, 4\]"):
+        prefill(jp.model, tokens(67, 4, seed=0), 5, cache)
+
+
+def test_tree_larger_than_scratch_is_a_clear_error():
+    with pytest.raises(ValueError, match="need scratch >= 9"):
+        tree_mask(4, 2, 8)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (dict(arch="mamba"), "config.arch must be one of"),
+        (dict(num_kv_heads=4), "must be a multiple of"),
+        (dict(head_dim=7), "head_dim must be even"),
+        (dict(num_layers=0), "num_layers must be an integer >= 1"),
+    ],
+)
+def test_bad_config_is_a_clear_error(change, match):
+    with pytest.raises(ValueError, match=match):
+        tiny_config("llama", **change)
+
+
+def test_bad_weights_and_unimplemented_arch_are_clear_errors():
+    config = tiny_config("qwen2")
+    weights = random_weights(config, 0)
+    del weights["bq"]
+    with pytest.raises(ValueError, match=r"missing keys \['bq'\]"):
+        Decoder.from_weights(config, weights)
+    weights = random_weights(config, 0)
+    weights["wo"] = weights["wo"][:1]
+    with pytest.raises(ValueError, match=r"weights\['wo'\] must have shape"):
+        Decoder.from_weights(config, weights)
+    with pytest.raises(ValueError, match="not implemented by the decoder"):
+        Decoder.random(config.replace(arch="gemma3"))
