@@ -1,0 +1,177 @@
+"""SpecTr-GBV as released: the exact checker's verdict, the §5.3 numbers, Monte Carlo vs its law.
+
+The verifier is a faithful port of a biased algorithm, so these tests assert the bias AS FOUND by
+enumeration (and that the JAX port reproduces its own exact law), not the paper's claims.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.exact import (
+    example_pair,
+    expected_tau,
+    get_exact_law,
+    iteration_law,
+    lossless_tv,
+    random_pair,
+    single_draft_bound,
+    total_variation,
+)
+from algorithms.exact.bounds import block_bound
+from algorithms.exact.greedy_block import greedy_block_law
+from algorithms.exact.monte_carlo import chi_square, sample_emitted
+from algorithms.exact.spectr_gbv import first_token_law, spectr_gbv_law
+from algorithms.verifiers import get_verifier
+from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
+
+FPR = 1e-6  # false-positive rate of every Monte Carlo test
+RESIDUALS = ["released", "deficit"]
+
+
+def law(residual):
+    return functools.partial(spectr_gbv_law, residual=residual)
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+def test_hand_checkable_first_token_bias(residual):
+    """§5.3: p = (1/3, 2/3), q = (2/3, 1/3), K = 2, L = 1 gives P(first token = a) = 0.3625.
+
+    By hand (§5.3): h(a) = A(a)/C(a) = (1/3)/(8/9), h(b) = (1/2)/(5/9); a draft passes with mass
+    beta = q(a)h(a) + q(b)h(b); both residual readings put no mass on a (r(a) = 1), so
+    P(a) = q(a)h(a)(1 + (1 - beta)). Confirmed by enumeration.
+    """
+    h_a, h_b = (1 / 3) / (8 / 9), (1 / 2) / (5 / 9)
+    beta = 2 / 3 * h_a + 1 / 3 * h_b
+    by_hand = 2 / 3 * h_a * (2 - beta)
+    assert by_hand == pytest.approx(0.3625, abs=1e-12)
+    P, Q = example_pair()
+    first = first_token_law(spectr_gbv_law(P, Q, (), L=1, K=2, residual=residual), 2)
+    assert first[0] == pytest.approx(0.3625, abs=1e-12)
+    assert first[0] > 1 / 3 + 0.02  # biased towards a
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+@pytest.mark.parametrize("K, L, tau, p_a", [
+    (2, 1, 0.7975, 0.3625),
+    (2, 2, 1.403435, 0.309499),  # §8 "SpecTr-GBV official code"
+    (3, 2, 1.4995, 0.3196),  # §5.3 table and text
+])
+def test_example_numbers(K, L, tau, p_a, residual):
+    P, Q = example_pair()
+    one = spectr_gbv_law(P, Q, (), L=L, K=K, residual=residual)
+    digits = 0.5 * 10.0 ** -(len(str(tau).split(".")[1]))
+    assert expected_tau({e: pr for (e, _), pr in one.items()}) == pytest.approx(tau, abs=digits)
+    digits = 0.5 * 10.0 ** -(len(str(p_a).split(".")[1]))
+    assert first_token_law(one, 2)[0] == pytest.approx(p_a, abs=digits)
+
+
+def test_expected_tau_is_below_the_papers_claimed_value():
+    """§5.3: the claimed E[tau] = sum_z A(z) is 1.583333 for K = 2, L = 2; the code gets less."""
+    P, Q = example_pair()
+    assert expected_tau(iteration_law(spectr_gbv_law, P, Q, L=2, K=2)) < 1.583333 - 0.1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_k1_first_token_exact_but_later_tokens_biased(seed):
+    """K = 1 is GBV without its §4.1 fix-up: E[tau] = sum_z min(p(z), q(z)), the first emitted
+    token is p-distributed, and the first L + 2 tokens are not."""
+    V, L = 2 + seed % 2, 2 + seed // 2
+    P, Q = random_pair(V, seed)
+    assert expected_tau(iteration_law(spectr_gbv_law, P, Q, L=L, K=1)) == pytest.approx(
+        single_draft_bound(P, Q, L), abs=1e-12)
+    assert total_variation(iteration_law(spectr_gbv_law, P, Q, L=L, K=1),
+                           iteration_law(greedy_block_law, P, Q, L=L, K=1)) <= 1e-12
+    assert lossless_tv(spectr_gbv_law, P, Q, L=L, K=1, N=1) <= 1e-12
+    tv = lossless_tv(spectr_gbv_law, P, Q, L=L, K=1)
+    print(f"spectr_gbv K=1 V={V} L={L} seed {seed}: TV over {L + 2} tokens {tv:.4f}")
+    assert tv > 1e-3
+
+
+def test_k1_multi_token_bias_on_the_example():
+    P, Q = example_pair()
+    # Measured: 1/9 over 4 tokens (L = 2); E[tau] reaches the per-iteration ideal 12/9 (§4).
+    assert lossless_tv(spectr_gbv_law, P, Q, L=2, K=1) == pytest.approx(1 / 9, abs=1e-12)
+    assert expected_tau(iteration_law(spectr_gbv_law, P, Q, L=2, K=1)) == pytest.approx(12 / 9)
+
+
+@pytest.mark.parametrize("residual", RESIDUALS)
+@pytest.mark.parametrize("K", [2, 3])
+@pytest.mark.parametrize("seed", range(4))
+def test_first_token_biased_for_several_drafts(seed, K, residual):
+    P, Q = random_pair(3, seed)
+    tv = lossless_tv(law(residual), P, Q, L=2, K=K, N=1)
+    print(f"spectr_gbv[{residual}] K={K} seed {seed}: first-token TV {tv:.4f}")
+    assert tv > 1e-4
+
+
+def test_lossless_flag_states_the_checkers_verdict():
+    assert get_verifier("spectr_gbv").lossless is False
+    P, Q = example_pair()
+    assert lossless_tv(spectr_gbv_law, P, Q, L=2, K=2) > 0.01
+
+
+def test_residual_readings_share_tau_but_not_the_correction():
+    """Eq. 4's power on the min vs on (1 - min): same tau law (the residual only draws the
+    extra token), different emitted law once V > 2."""
+    P, Q = random_pair(3, 0)
+    released = iteration_law(law("released"), P, Q, L=2, K=2)
+    deficit = iteration_law(law("deficit"), P, Q, L=2, K=2)
+    assert expected_tau(released) == pytest.approx(expected_tau(deficit), abs=1e-12)
+    assert total_variation(released, deficit) > 0.05
+
+
+def test_expected_tau_can_exceed_the_lossless_bound():
+    """§5.3 reports the code above the membership-OT bound on some seeds; found on seed 1."""
+    P, Q = random_pair(3, 1)
+    tau = expected_tau(iteration_law(spectr_gbv_law, P, Q, L=2, K=2))
+    bound = block_bound(P, Q, L=2, K=2)
+    print(f"spectr_gbv seed 1 K=2 L=2: E[tau] {tau:.4f} > bound {bound:.4f}")
+    assert tau > bound + 0.1
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IgnoresRejected(SpecTrGBVVerifier):
+    """Mutation: sub-blocks already in H are tested again."""
+
+    _skip_rejected = False
+
+
+def test_monte_carlo_matches_its_own_exact_law_and_catches_mutations():
+    P, Q = random_pair(3, 2)
+    exact = {r: iteration_law(law(r), P, Q, L=2, K=3) for r in RESIDUALS}
+
+    def fit(verifier, residual):
+        return chi_square(sample_emitted(verifier, P, Q, L=2, K=3, n=100_000, seed=1),
+                          exact[residual])
+
+    real = fit(get_verifier("spectr_gbv"), "released")
+    real_deficit = fit(get_verifier("spectr_gbv", residual="deficit"), "deficit")
+    mutant = fit(IgnoresRejected(), "released")
+    wrong_reading = fit(get_verifier("spectr_gbv", residual="deficit"), "released")
+    print(f"spectr_gbv MC: real {real}, deficit {real_deficit}, mutant {mutant}, "
+          f"deficit-vs-released {wrong_reading}")
+    assert real.passes(FPR) and real_deficit.passes(FPR)
+    assert not mutant.passes(FPR)
+    assert not wrong_reading.passes(FPR)
+
+
+def test_verdict_and_bad_inputs():
+    v = get_verifier("spectr_gbv")
+    q = jnp.full((2, 2, 3), 1 / 3)
+    p = jnp.full((2, 3, 3), 1 / 3)
+    verdict, _ = jax.jit(v)(jax.random.key(0), jnp.array([[0, 2], [2, 1]]), q, p, ())
+    # p == q: A(z) = p(z) = q(z) and C(z) >= q(z), so the full block of draft 0 passes with
+    # probability q(z) / C(z) = (1/9) / (1 - (8/9)^2) = 9/17; whatever happens, tokens are valid.
+    assert 1 <= int(verdict.num_emitted) <= 3
+    assert all(0 <= t < 3 for t in np.asarray(verdict.tokens)[:int(verdict.num_emitted)])
+    with pytest.raises(ValueError, match="residual must be one of"):
+        get_verifier("spectr_gbv", residual="clipped")
+    with pytest.raises(ValueError, match="residual must be one of"):
+        get_exact_law("spectr_gbv", residual="clipped")(*example_pair(), (), L=1, K=2)
+    with pytest.raises(ValueError, match="drafts must have shape"):
+        v(jax.random.key(0), jnp.zeros((2,), jnp.int32), q, p, ())
