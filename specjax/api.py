@@ -86,8 +86,12 @@ def _encode(target, prompts, chat: bool) -> list[list[int]]:
 
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
-             batch_size: int | None = None, progress: bool = True) -> GenerationResult:
+             batch_size: int | None = None, progress: bool = True,
+             compiler_options: dict | None = None) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
+
+    ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
+    speed for compile time in tests); results do not depend on them.
 
     Output depends only on (models, prompt, its index, settings, seed), not on the batching:
     prompt i uses the key ``fold_in(key(seed), i)``.
@@ -125,10 +129,11 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         arrays.append((P, lengths, keys))
 
     compile_time = 0.0
-    cache_key = (loop, B, pad)
+    cache_key = (loop, B, pad, tuple(sorted((compiler_options or {}).items())))
     if cache_key not in _COMPILED:
         t0 = time.perf_counter()
-        _COMPILED[cache_key] = jax.jit(loop.run).lower(tstate, dstate, *arrays[0]).compile()
+        lowered = jax.jit(loop.run).lower(tstate, dstate, *arrays[0])
+        _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
         compile_time = time.perf_counter() - t0
     run = _COMPILED[cache_key]
 

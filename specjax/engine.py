@@ -121,11 +121,13 @@ class DecodeLoop:
             ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
         # Truncate at max_new_tokens and after the first EOS (EOS itself is kept).
         idx = jnp.arange(emitted.shape[0])
-        is_eos = jnp.isin(emitted, jnp.asarray(self.eos_ids, jnp.int32)) & (idx < num)
-        upto_eos = jnp.where(is_eos.any(), jnp.argmax(is_eos) + 1, num)
-        count = jnp.minimum(jnp.minimum(num, upto_eos), self.max_new_tokens - st.new_tokens)
+        count = jnp.minimum(num, self.max_new_tokens - st.new_tokens)
+        hit_eos = jnp.bool_(False)
+        if self.eos_ids:  # static: no EOS logic at all (and no constant folding) without EOS ids
+            is_eos = jnp.isin(emitted, jnp.asarray(self.eos_ids, jnp.int32)) & (idx < count)
+            count = jnp.where(is_eos.any(), jnp.argmax(is_eos) + 1, count)
+            hit_eos = is_eos.any()
         dest = jnp.where(idx < count, st.n + idx, st.history.shape[0])
-        hit_eos = (is_eos & (idx < count)).any()
         new_tokens = st.new_tokens + count
         new = st.replace(
             history=st.history.at[dest].set(emitted, mode="drop"), n=st.n + count, cache=cache,

@@ -18,9 +18,8 @@ class EarlyExitDrafter(ModelDrafter):
     num_layers: int = 1
 
     def module(self, target, draft):
-        total = getattr(target.model, "num_layers", None)
-        if total is None and getattr(target, "config", None) is not None:
-            total = target.config.num_layers
+        config = getattr(target.model, "config", None) or getattr(target, "config", None)
+        total = getattr(target.model, "num_layers", None) or getattr(config, "num_layers", None)
         if not (isinstance(self.num_layers, int) and 1 <= self.num_layers <= (total or 10**9)):
             raise ValueError(f"EarlyExitDrafter: num_layers must be an integer in [1, {total}] "
                              f"(the target's layers), got {self.num_layers}")

@@ -1,0 +1,215 @@
+"""End-to-end losslessness of the decode engine: drafter × verifier × sampling.
+
+Greedy (temperature 0): every lossless verifier must reproduce autoregressive greedy decoding
+token for token, for every drafter. Sampled: the empirical law of the first N generated tokens
+over 50,000 seeds must match the target's exact law (float64 enumeration of the tabular toy LM
+after temperature/top-k, computed here with NumPy, independently of ``specjax.sampling``), with a
+chi-square test at false-positive rate 1e-6; a drafter that reports a q other than the one it
+sampled from must FAIL the same test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import Counter
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from algorithms.exact.monte_carlo import chi_square
+from algorithms.verifiers import get_verifier, list_verifiers
+from specjax import generate
+from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter
+from specjax.models.toy import load_toy
+from specjax.sampling import Sampling
+
+FPR = 1e-6
+SEEDS = 50_000
+N_NEW = 4  # first N generated tokens: longer than one block, so cache sync and state matter
+PROMPT = [1, 2]
+# Faster XLA compiles (the suite is compile-bound); decoding results do not depend on it.
+FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+MULTI = ("specinfer", "spectr", "spectr_gbv", "multipath_block", "traversal")
+
+
+def lossless_verifiers() -> list[str]:
+    return [n for n in list_verifiers() if get_verifier(n).lossless]
+
+
+def np_law(p: np.ndarray, temperature: float, top_k: int) -> np.ndarray:
+    """Temperature / top-k in float64 (logits = log p, so softmax(log p / T) ∝ p^(1/T))."""
+    if temperature == 0:
+        return np.eye(len(p))[np.argmax(p)]
+    w = p ** (1.0 / temperature)
+    if top_k:
+        w = np.where(w >= np.sort(w)[-top_k], w, 0.0)
+    return w / w.sum()
+
+
+def exact_first_tokens(model, prompt, n, temperature, top_k) -> dict[tuple, float]:
+    law = {(): 1.0}
+    for _ in range(n):
+        nxt = {}
+        for s, pr in law.items():
+            for x, px in enumerate(np_law(model.law(list(prompt) + list(s)), temperature, top_k)):
+                if px > 0:
+                    nxt[s + (x,)] = pr * px
+        law = nxt
+    return law
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LyingDrafter(ModelDrafter):
+    """Mutation: samples from q but reports q flattened halfway to uniform."""
+
+    def propose(self, model, key, state, history, n, *, sampling, vocab_size, scratch):
+        drafts, q, state = super().propose(model, key, state, history, n, sampling=sampling,
+                                           vocab_size=vocab_size, scratch=scratch)
+        return drafts, 0.5 * q + 0.5 / vocab_size, state
+
+
+def engine_fit(verifier, drafter, temperature, top_k=0, seed=0):
+    target, draft = load_toy("toy-target"), load_toy("toy-draft")
+    res = generate(target, [PROMPT] * SEEDS, draft=draft, drafter=drafter, verifier=verifier,
+                   sampling=Sampling(temperature=temperature, top_k=top_k),
+                   max_new_tokens=N_NEW, seed=seed, progress=False, compiler_options=FAST)
+    counts = Counter(tuple(t) for t in res.tokens)
+    return chi_square(counts, exact_first_tokens(target, PROMPT, N_NEW, temperature, top_k))
+
+
+SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k): a representative subset
+    ("token", ModelDrafter(K=1, L=3), 1.0, 0),
+    ("greedy_block", ModelDrafter(K=1, L=2), 0.7, 2),
+    ("traversal", ModelDrafter(K=3, L=2), 1.0, 0),
+    ("specinfer", EarlyExitDrafter(K=3, L=3, num_layers=1), 0.7, 0),
+]
+
+
+@pytest.mark.parametrize("name, drafter, temperature, top_k", SAMPLED_DEFAULT)
+def test_sampled_law_matches_target(name, drafter, temperature, top_k):
+    if name not in list_verifiers():
+        pytest.skip(f"verifier {name} not implemented yet")
+    fit = engine_fit(name, drafter, temperature, top_k)
+    assert fit.passes(FPR), fit
+
+
+def test_drafter_lying_about_q_fails():
+    fit = engine_fit("token", LyingDrafter(K=1, L=2), 1.0)
+    assert not fit.passes(FPR), fit
+
+
+def _grid():
+    for name in lossless_verifiers():
+        Ks = (1, 3) if name in MULTI else (1,)
+        for K, L, T in itertools.product(Ks, (2, 3), (0.7, 1.0)):
+            yield name, K, L, T, 0
+        if name not in MULTI:
+            yield name, 1, 2, 1.0, 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, K, L, temperature, top_k", list(_grid()))
+def test_sampled_law_full_grid(name, K, L, temperature, top_k):
+    fit = engine_fit(name, ModelDrafter(K=K, L=L), temperature, top_k)
+    assert fit.passes(FPR), fit
+
+
+# --- greedy: token-for-token equality with autoregressive greedy decoding -------------------------
+
+GREEDY = Sampling(temperature=0)
+TOY_PROMPTS = [[1, 2, 3, 1, 2, 3, 1], [0], [3, 1, 2, 0, 0, 2]]
+
+
+def toy_greedy_reference(model, prompts, n):
+    out = []
+    for p in prompts:
+        ids = list(p)
+        for _ in range(n):
+            ids.append(int(np.argmax(model.law(ids))))
+        out.append(ids[len(p):])
+    return out
+
+
+def make_drafter(kind: str, K: int, L: int):
+    if kind == "model":
+        return ModelDrafter(K=K, L=L)
+    if kind == "ngram":
+        return NgramDrafter(K=K, L=L, max_ngram=2)
+    return EarlyExitDrafter(K=K, L=L, num_layers=1)
+
+
+def greedy_case(name: str, kind: str, target, draft, prompts, reference, n_new):
+    K = 2 if name in MULTI else 1
+    res = generate(target, prompts, draft=draft, drafter=make_drafter(kind, K, 3), verifier=name,
+                   sampling=GREEDY, max_new_tokens=n_new, progress=False,
+                   compiler_options=FAST)
+    assert res.tokens == reference
+    assert res.summary["block_efficiency"] >= 1.0
+
+
+KINDS = ("model", "ngram", "early_exit")
+
+
+def _rotation():
+    return [(name, KINDS[i % 3]) for i, name in enumerate(lossless_verifiers())]
+
+
+@pytest.mark.parametrize("name, kind", _rotation())
+def test_greedy_equals_autoregressive_toy(name, kind):
+    target, draft = load_toy("toy-target-v8"), load_toy("toy-draft-v8")
+    ref = toy_greedy_reference(target, TOY_PROMPTS, 10)
+    greedy_case(name, kind, target, draft, TOY_PROMPTS, ref, 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kind", list(itertools.product(lossless_verifiers(), KINDS)))
+def test_greedy_equals_autoregressive_toy_all(name, kind):
+    target, draft = load_toy("toy-target-v8"), load_toy("toy-draft-v8")
+    greedy_case(name, kind, target, draft, TOY_PROMPTS,
+                toy_greedy_reference(target, TOY_PROMPTS, 10), 10)
+
+
+# On H5's tiny random decoders (same code path as the real models).
+DEC_PROMPTS = [[5, 9, 11, 5, 9, 11, 5, 9], [7], [3, 3, 2, 1, 0, 1, 2, 60, 61, 3, 3, 2]]
+
+
+def tiny_decoders():
+    from specjax.models.config import tiny_config
+    from specjax.models.decoder import Decoder
+    from specjax.models.toy import ToyLoaded
+
+    cfg = tiny_config("llama")
+    return (ToyLoaded(name="tiny-target", model=Decoder.random(cfg, seed=0)),
+            ToyLoaded(name="tiny-draft", model=Decoder.random(cfg, seed=1)))
+
+
+def uncached_greedy(model, prompts, n):
+    out = []
+    for p in prompts:
+        ids = list(p)
+        for _ in range(n):
+            ids.append(int(np.argmax(np.asarray(model.logits(jnp.asarray(ids)))[-1])))
+        out.append(ids[len(p):])
+    return out
+
+
+@pytest.fixture(scope="module")
+def decoders():
+    target, draft = tiny_decoders()
+    return target, draft, uncached_greedy(target.model, DEC_PROMPTS, 8)
+
+
+@pytest.mark.parametrize("name, kind", [("traversal", "early_exit"), ("block", "ngram"),
+                                        ("token", "model")])
+def test_greedy_equals_autoregressive_decoder(decoders, name, kind):
+    target, draft, ref = decoders
+    greedy_case(name, kind, target, draft, DEC_PROMPTS, ref, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, kind", list(itertools.product(lossless_verifiers(), KINDS)))
+def test_greedy_equals_autoregressive_decoder_all(decoders, name, kind):
+    target, draft, ref = decoders
+    greedy_case(name, kind, target, draft, DEC_PROMPTS, ref, 8)
