@@ -46,7 +46,8 @@ def spectr_gbv_law(P, Q, ctx, state=(), *, L, K=1, residual="released"):
     @cache
     def h(y: tuple) -> float:
         """Eq. 2 in code form; clipping is implicit in the caller's ``U < h`` test."""
-        cover = 1.0 - (1.0 - joint(Q, ctx, y)) ** K  # C(y)
+        q_y = joint(Q, ctx, y)  # C(y) = 1 - (1 - q(y))^K, evaluated without underflow
+        cover = 1.0 if q_y >= 1.0 else -np.expm1(K * np.log1p(-q_y))
         if len(y) == L:
             return accepted_mass(y) / cover
         children = sum(accepted_mass(y + (x,)) for x in range(V))

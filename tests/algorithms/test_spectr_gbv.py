@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from algorithms.exact import (
+    adversarial_pairs,
     example_pair,
     expected_tau,
     get_exact_law,
@@ -113,6 +114,16 @@ def test_lossless_flag_states_the_checkers_verdict():
     assert get_verifier("spectr_gbv").lossless is False
     P, Q = example_pair()
     assert lossless_tv(spectr_gbv_law, P, Q, L=2, K=2) > 0.01
+
+
+def test_biased_even_when_the_draft_is_the_target():
+    """p = q: a perfect drafter's full block passes only with probability p(y)/C(y) < 1 for K >= 2
+    (A(y) = p(y), C(y) = 1 - (1 - p(y))^K), and the emitted law moves away from p."""
+    P, Q = adversarial_pairs(3)["p_equals_q"]
+    assert lossless_tv(spectr_gbv_law, P, Q, L=1, K=1) <= 1e-12
+    tv = lossless_tv(spectr_gbv_law, P, Q, L=1, K=2)
+    print(f"spectr_gbv p = q, K=2, L=1: TV {tv:.4f}")
+    assert tv > 0.01
 
 
 def test_residual_readings_share_tau_but_not_the_correction():
