@@ -41,7 +41,8 @@ class TokenVerifier:
         p_x = p[pos, x]
         q_x = q[pos, x]
         u = jax.random.uniform(k_coin, (L,))
-        accept = u <= safe_ratio(p_x, q_x)
+        # Strict: uniform() can return exactly 0, and "0 <= 0" would accept a token p gives mass 0.
+        accept = u < safe_ratio(p_x, q_x)
         # tau = index of the first rejection, or L when every token is accepted.
         tau = jnp.where(accept.all(), L, jnp.argmin(accept)).astype(jnp.int32)
         i = jnp.minimum(tau, L - 1)
