@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from collections import Counter
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -186,11 +187,16 @@ def tiny_decoders():
 
 
 def uncached_greedy(model, prompts, n):
+    """Greedy decoding by full uncached forwards (no KV cache, no tree): the reference. Inputs
+    are right-padded to one length (causal, so padding cannot change earlier logits)."""
+    T = max(len(p) for p in prompts) + n
+    logits = jax.jit(model.logits)
     out = []
     for p in prompts:
         ids = list(p)
         for _ in range(n):
-            ids.append(int(np.argmax(np.asarray(model.logits(jnp.asarray(ids)))[-1])))
+            padded = jnp.asarray(ids + [0] * (T - len(ids)), jnp.int32)
+            ids.append(int(np.argmax(np.asarray(logits(padded))[len(ids) - 1])))
         out.append(ids[len(p):])
     return out
 
@@ -201,8 +207,7 @@ def decoders():
     return target, draft, uncached_greedy(target.model, DEC_PROMPTS, 8)
 
 
-@pytest.mark.parametrize("name, kind", [("traversal", "early_exit"), ("block", "ngram"),
-                                        ("token", "model")])
+@pytest.mark.parametrize("name, kind", [("traversal", "early_exit"), ("block", "ngram")])
 def test_greedy_equals_autoregressive_decoder(decoders, name, kind):
     target, draft, ref = decoders
     greedy_case(name, kind, target, draft, DEC_PROMPTS, ref, 8)
