@@ -145,7 +145,7 @@ def markdown(names, table, lossless, models, seconds) -> str:
     return "\n".join(lines) + "\n"
 
 
-def figure(names, table, models, path: Path) -> None:
+def figure(names, table, models, lossless, path: Path) -> None:
     randoms = [p for p in models if p != "example"]
     fig, axes = plt.subplots(2, len(LS), figsize=(4.2 * len(LS), 7), sharex=True)
     for row, (label, sel) in enumerate([("example", ["example"]),
@@ -155,8 +155,11 @@ def figure(names, table, models, path: Path) -> None:
             for name in names + ["OT bound"]:
                 ks = [K for K in KS if all((p, name, K, L) in table for p in sel)]
                 ys = [np.mean([table[p, name, K, L] for p in sel]) for K in ks]
-                style = dict(ls="--", color="black") if name == "OT bound" else {}
-                ax.plot(ks, ys, marker="o" if len(ks) > 1 else "s", label=name, **style)
+                biased = name in lossless and lossless[name][0] > LOSSLESS_TOL
+                ls = "--" if name == "OT bound" else ":" if biased else "-"
+                ax.plot(ks, ys, marker="o" if len(ks) > 1 else "s", ls=ls,
+                        label=f"{name} (NOT lossless)" if biased else name,
+                        **({"color": "black"} if name == "OT bound" else {}))
             ax.set_title(f"{label}, L = {L}")
             ax.set_xticks(KS)
             ax.grid(alpha=0.3)
@@ -180,7 +183,7 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "verifier_landscape.md").write_text(
         markdown(names, table, lossless, models, seconds))
-    figure(names, table, models, RESULTS / "verifier_landscape.png")
+    figure(names, table, models, lossless, RESULTS / "verifier_landscape.png")
     for name, (tv, n) in lossless.items():
         print(f"{name:16s} max TV {tv:.2e} over {n} cases")
     print(f"verifier landscape: {len(table)} exact values in {seconds:.1f} s -> {RESULTS}")
