@@ -38,11 +38,9 @@ def _resolve_model(m, role: str):
         from specjax.models.toy import load_toy
 
         return load_toy(m)
-    import specjax
+    from specjax.models.loader import load_model
 
-    if not hasattr(specjax, "load_model"):
-        raise ValueError(f"{role}: cannot load {m!r}: specjax.load_model is not available")
-    return specjax.load_model(m)
+    return load_model(m)
 
 
 def _resolve_verifier(verifier, drafter):
