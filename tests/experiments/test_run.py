@@ -166,3 +166,36 @@ def test_multirun_writes_one_run_per_verifier_and_resumes(tmp_path):
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("skipped") == 2
     assert [p.read_bytes() for p in runs] == before
+
+
+def _real_models():
+    if not hasattr(specjax, "load_model"):
+        pytest.skip("specjax.load_model (real GGUF models) is not in this checkout")
+
+
+@pytest.mark.slow
+def test_smollm2_self_speculation_through_the_app(make_cfg, tmp_path):
+    """Real weights, real chat template, early-exit drafting; greedy so it must equal AR."""
+    _real_models()
+    cfg = make_cfg("experiment=smollm2_early_exit", "dataset.n=2", "max_new_tokens=16",
+                   "logger=none")
+    summary = run_experiment(cfg, tmp_path)
+    lines = _lines(tmp_path)
+    from specjax.data import load_prompts
+
+    for row, prompt in zip(lines[:-1], load_prompts("gsm8k", n=2), strict=True):
+        assert prompt.text in row["prompt"] and row["prompt"] != prompt.text  # chat-formatted
+        assert row["output"] == row["autoregressive"]["output"]
+    assert summary["speculative"]["block_efficiency"] >= 1.0
+
+
+@pytest.mark.slow
+def test_default_experiment_shrunk(make_cfg, tmp_path):
+    """The README's main command on 2 prompts x 16 tokens (downloads the Qwen pair once)."""
+    _real_models()
+    summary = run_experiment(make_cfg("experiment=default", "dataset.n=2", "max_new_tokens=16",
+                                      "logger=none"), tmp_path)
+    assert summary["model"] == {"target": "qwen2.5-coder-1.5b-instruct",
+                                "draft": "qwen2.5-coder-0.5b-instruct"}
+    assert summary["speculative"]["num_prompts"] == 2
+    assert summary["speedup"] > 0
