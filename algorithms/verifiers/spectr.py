@@ -76,12 +76,17 @@ class SpecTrVerifier:
     def rho(self, p: Float[Array, " V"], q: Float[Array, " V"], k) -> Array:
         return kseq_rho(p, q, k, self.bisection_steps)
 
-    def kseq_node(self, key, p, q, tokens, live, u) -> Int[Array, ""]:
-        """K-SEQ (§3.1) over the live drafts' tokens: the output token Y."""
+    def kseq_node(self, key, p, q, tokens, q_tokens, live, u) -> Int[Array, ""]:
+        """K-SEQ (§3.1) over the live drafts' tokens: the output token Y.
+
+        ``q_tokens[k]`` is draft k's own q at its token; for i.i.d. drafts it equals
+        ``q[tokens[k]]``, and reading it per draft keeps a draft whose token the shared q
+        cannot produce (an input outside the contract) from being accepted by the 0/0 rule.
+        """
         k = live.sum()
         rho = self.rho(p, q, k)
         beta, p_acc = kseq_acceptance(p, q, rho, k)
-        accept = live & (u <= safe_ratio(p[tokens], rho * q[tokens]))
+        accept = live & (u <= safe_ratio(p[tokens], rho * q_tokens))
         scale = jnp.where(beta > 0, p_acc / jnp.where(beta > 0, beta, 1.0), 0.0)
         res = jnp.maximum(p - jnp.minimum(q, p / rho) * scale, 0.0)
         res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch
@@ -102,8 +107,10 @@ class SpecTrVerifier:
 
         def depth(carry, t):
             alive, stopped, tau, lead, extra = carry
-            y = self.kseq_node(res_keys[t], p[lead, t], q[lead, t], drafts[:, t], alive, u[t])
-            matches = alive & (drafts[:, t] == y)
+            x = drafts[:, t]
+            q_x = q[jnp.arange(K), t, x]
+            y = self.kseq_node(res_keys[t], p[lead, t], q[lead, t], x, q_x, alive, u[t])
+            matches = alive & (x == y)
             active = ~stopped
             go_on = active & matches.any()
             alive = jnp.where(go_on, matches, alive)

@@ -143,6 +143,25 @@ def test_walk_follows_the_surviving_draft():
     assert int(verdict.draft_index) == 1
 
 
+def test_greedy_with_distinct_one_hot_drafts():
+    """T = 0 with K different deterministic drafts (each q one-hot at its own token): the
+    output is the longest target-argmax prefix, then the argmax (§0). Reading the shared root q
+    at other drafts' tokens would accept a token the target gives probability 0 (0/0 rule)."""
+    V = 5
+    verify = jax.jit(get_verifier("spectr"))
+    drafts = jnp.array([[3, 2], [1, 3], [1, 4]], jnp.int32)  # no draft starts with the argmax 2
+    p = jnp.stack([jax.nn.one_hot(jnp.array([2, 0, 0]), V)] * 3)
+    for seed in range(5):
+        verdict, _ = verify(jax.random.key(seed), drafts, jax.nn.one_hot(drafts, V), p, ())
+        assert np.asarray(verdict.tokens).tolist() == [2, -1, -1]
+    drafts = jnp.array([[1, 4], [2, 0], [2, 3]], jnp.int32)  # draft 1 follows the argmax path
+    p = jnp.stack([jax.nn.one_hot(jnp.array(row), V) for row in ([2, 1, 1], [2, 0, 4], [2, 0, 4])])
+    for seed in range(5):
+        verdict, _ = verify(jax.random.key(seed), drafts, jax.nn.one_hot(drafts, V), p, ())
+        assert np.asarray(verdict.tokens).tolist() == [2, 0, 4]
+        assert int(verdict.draft_index) == 1
+
+
 def test_rejects_bad_inputs():
     with pytest.raises(ValueError, match="bisection_steps must be an integer >= 1"):
         get_verifier("spectr", bisection_steps=0)
