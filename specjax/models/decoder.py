@@ -113,8 +113,8 @@ class Decoder(nnx.Module):
 
     def _head(self, x: Float[Array, "N D"]) -> Float[Array, "N V"]:
         x = rms_norm(x, self.final_norm[...], self.config.rms_eps)
-        if self.config.tie_embeddings:
-            return x @ self.embed[...].T
+        if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
+            return jax.lax.dot_general(x, self.embed[...], (((1,), (1,)), ((), ())))
         return x @ self.lm_head[...]
 
     # ---- the cached contract -----------------------------------------------------------------
