@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 
@@ -55,6 +56,7 @@ def timed(fn, reps: int, warmup: int = 3) -> float:
 
 def bench_model(name: str, reps: int, max_len: int) -> dict:
     model = load_model(name)
+    peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB -> ~GB
     jp = model.passes
     V = model.vocab_size
     prompt = jnp.asarray(np.random.default_rng(0).integers(0, V, PROMPT), jnp.int32)
@@ -102,6 +104,7 @@ def bench_model(name: str, reps: int, max_len: int) -> dict:
         tree_4x2_ms=tree42,
         prefill128_ms=prefill_ms,
         weight_gb=weight_bytes / 1e9,
+        peak_rss_gb=peak_rss_gb,
     )
 
 
@@ -136,7 +139,7 @@ def main():
             f"| {name} | {r['params_m']:.0f}M | {r['decode_ms']:.1f} | {floor:.1f} | "
             f"{floor / r['decode_ms']:.2f} | {r['tree_1x8_ms']:.1f} | "
             f"{r['tree_1x8_ms'] / r['decode_ms']:.2f} | {r['tree_4x2_ms']:.1f} | "
-            f"{r['prefill128_ms']:.0f} |",
+            f"{r['prefill128_ms']:.0f} | {r['peak_rss_gb']:.2f} / {r['weight_gb']:.2f} GB |",
             flush=True,
         )
 
