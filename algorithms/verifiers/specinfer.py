@@ -70,7 +70,7 @@ class SpecInferVerifier:
             r, winner = carry
             x, q_k = tokens[k], laws[k]
             trying = live[k] & (winner < 0)
-            accept = u[k] <= safe_ratio(r[x], q_k[x])
+            accept = u[k] < safe_ratio(r[x], q_k[x])  # strict: u can be exactly 0
             winner = jnp.where(trying & accept, k, winner)
             # Every rejected trial updates r, duplicates included (§2.1 notes).
             r = jnp.where(trying & ~accept, residual(r, q_k, fallback=r), r)

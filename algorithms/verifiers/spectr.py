@@ -86,7 +86,7 @@ class SpecTrVerifier:
         k = live.sum()
         rho = self.rho(p, q, k)
         beta, p_acc = kseq_acceptance(p, q, rho, k)
-        accept = live & (u <= safe_ratio(p[tokens], rho * q_tokens))
+        accept = live & (u < safe_ratio(p[tokens], rho * q_tokens))  # strict: u can be 0
         scale = jnp.where(beta > 0, p_acc / jnp.where(beta > 0, beta, 1.0), 0.0)
         res = jnp.maximum(p - jnp.minimum(q, p / rho) * scale, 0.0)
         res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch
