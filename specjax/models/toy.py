@@ -126,6 +126,19 @@ class ToyLM(nnx.Module):
         code = sum(ctx[-1 - d] * (V + 1) ** d for d in range(self.order))
         return self.exact.laws[self.layer, code]
 
+    def sequence_law(self, prompt, n: int, transform=None) -> dict[tuple[int, ...], float]:
+        """Exact law of the first ``n`` generated tokens, {tokens: probability}, enumerated in
+        float64; ``transform`` maps each next-token law (e.g. temperature / top-k in NumPy)."""
+        law = {(): 1.0}
+        for _ in range(n):
+            nxt = {}
+            for seq, pr in law.items():
+                step = self.law(list(prompt) + list(seq))
+                step = step if transform is None else transform(step)
+                nxt.update({seq + (x,): pr * px for x, px in enumerate(step) if px > 0})
+            law = nxt
+        return law
+
 
 @dataclass
 class ToyTokenizer:
@@ -180,6 +193,9 @@ class ToyLoaded:
 
     def law(self, context) -> np.ndarray:
         return self.model.law(context)
+
+    def sequence_law(self, prompt, n: int, transform=None) -> dict[tuple[int, ...], float]:
+        return self.model.sequence_law(prompt, n, transform)
 
 
 TOY_NAMES = ("toy-target", "toy-draft")

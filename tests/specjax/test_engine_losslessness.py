@@ -50,15 +50,7 @@ def np_law(p: np.ndarray, temperature: float, top_k: int) -> np.ndarray:
 
 
 def exact_first_tokens(model, prompt, n, temperature, top_k) -> dict[tuple, float]:
-    law = {(): 1.0}
-    for _ in range(n):
-        nxt = {}
-        for s, pr in law.items():
-            for x, px in enumerate(np_law(model.law(list(prompt) + list(s)), temperature, top_k)):
-                if px > 0:
-                    nxt[s + (x,)] = pr * px
-        law = nxt
-    return law
+    return model.sequence_law(prompt, n, lambda p: np_law(p, temperature, top_k))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
