@@ -74,7 +74,9 @@ class SpecTrVerifier:
         return ()
 
     def rho(self, p: Float[Array, " V"], q: Float[Array, " V"], k) -> Array:
-        return kseq_rho(p, q, k, self.bisection_steps)
+        # One survivor (the common case below the root at large V) needs no search: rho* = 1.
+        return lax.cond(k > 1, lambda: kseq_rho(p, q, k, self.bisection_steps),
+                        lambda: jnp.ones((), p.dtype))
 
     def kseq_node(self, key, p, q, tokens, q_tokens, live, u) -> Int[Array, ""]:
         """K-SEQ (§3.1) over the live drafts' tokens: the output token Y.
@@ -87,10 +89,15 @@ class SpecTrVerifier:
         rho = self.rho(p, q, k)
         beta, p_acc = kseq_acceptance(p, q, rho, k)
         accept = live & (u < safe_ratio(p[tokens], rho * q_tokens))  # strict: u can be 0
-        scale = jnp.where(beta > 0, p_acc / jnp.where(beta > 0, beta, 1.0), 0.0)
-        res = jnp.maximum(p - jnp.minimum(q, p / rho) * scale, 0.0)
-        res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch
-        return jnp.where(accept.any(), tokens[jnp.argmax(accept)], sample(key, res))
+
+        def from_residual():
+            scale = jnp.where(beta > 0, p_acc / jnp.where(beta > 0, beta, 1.0), 0.0)
+            res = jnp.maximum(p - jnp.minimum(q, p / rho) * scale, 0.0)
+            res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch
+            return sample(key, res)
+
+        # cond, not where: unbatched, the vocabulary-wide residual draw runs only when needed.
+        return lax.cond(accept.any(), lambda: tokens[jnp.argmax(accept)], from_residual)
 
     def __call__(
         self,
@@ -109,9 +116,10 @@ class SpecTrVerifier:
             alive, stopped, tau, lead, extra = carry
             x = drafts[:, t]
             q_x = q[jnp.arange(K), t, x]
-            y = self.kseq_node(res_keys[t], p[lead, t], q[lead, t], x, q_x, alive, u[t])
-            matches = alive & (x == y)
             active = ~stopped
+            y = lax.cond(active, lambda: self.kseq_node(res_keys[t], p[lead, t], q[lead, t], x,
+                                                        q_x, alive, u[t]), lambda: jnp.int32(0))
+            matches = alive & (x == y)
             go_on = active & matches.any()
             alive = jnp.where(go_on, matches, alive)
             lead = jnp.where(go_on, jnp.argmax(matches).astype(jnp.int32), lead)
