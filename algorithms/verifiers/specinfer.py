@@ -93,8 +93,11 @@ class SpecInferVerifier:
 
         def depth(carry, t):
             alive, stopped, tau, lead, law = carry
-            winner, r = self.rrs_node(p[lead, t], drafts[:, t], q[:, t], alive, u[t])
             active = ~stopped
+            # cond, not where: unbatched, nodes after the stop cost nothing.
+            winner, r = lax.cond(
+                active, lambda: self.rrs_node(p[lead, t], drafts[:, t], q[:, t], alive, u[t]),
+                lambda: (jnp.int32(-1), law))
             accepted = active & (winner >= 0)
             token = drafts[jnp.maximum(winner, 0), t]
             survivors = alive & (drafts[:, t] == token)
