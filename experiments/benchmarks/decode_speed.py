@@ -114,6 +114,11 @@ def main():
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--max-len", type=int, default=1024)
     args = parser.parse_args()
+    rows = []
+    for name in args.models:
+        rows.append(bench_model(name, args.reps, args.max_len))
+        print(rows[-1], flush=True)
+    # After the models: the 2 GiB of copy buffers must not count in their peak RSS.
     bw = copy_bandwidth()
     print(
         f"memory bandwidth (numpy copy, read+write): {bw:.1f} GB/s; cores: {os.cpu_count()}; "
@@ -129,18 +134,17 @@ def main():
         "tree/decode",
         "tree 4x2 ms",
         "prefill-128 ms",
+        "peak RSS so far / f32 weights",
     )
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
-    for name in args.models:
-        r = bench_model(name, args.reps, args.max_len)
+    for r in rows:
         floor = 1e3 * r["weight_gb"] / bw
         print(
-            f"| {name} | {r['params_m']:.0f}M | {r['decode_ms']:.1f} | {floor:.1f} | "
+            f"| {r['name']} | {r['params_m']:.0f}M | {r['decode_ms']:.1f} | {floor:.1f} | "
             f"{floor / r['decode_ms']:.2f} | {r['tree_1x8_ms']:.1f} | "
             f"{r['tree_1x8_ms'] / r['decode_ms']:.2f} | {r['tree_4x2_ms']:.1f} | "
-            f"{r['prefill128_ms']:.0f} | {r['peak_rss_gb']:.2f} / {r['weight_gb']:.2f} GB |",
-            flush=True,
+            f"{r['prefill128_ms']:.0f} | {r['peak_rss_gb']:.2f} / {r['weight_gb']:.2f} GB |"
         )
 
 
