@@ -79,13 +79,15 @@ def check_q_matches_law(model, drafter, history, steps, sampling, seed=0):
     T, scratch = 64, 16 + drafter.scratch()
     prompt = jnp.asarray(history + [0] * (16 - len(history)), jnp.int32)
     state = drafter.init_state(model, prompt, jnp.int32(len(history)), max_len=T, scratch=scratch)
+    propose = jax.jit(lambda key, state, h, n: drafter.propose(
+        model, key, state, h, n, sampling=sampling, vocab_size=model.vocab_size, scratch=scratch))
+    update = jax.jit(lambda state, drafts, verdict, n: drafter.update(
+        model, state, drafts, verdict, n, scratch=scratch))
     rng = np.random.default_rng(seed)
     for step in range(steps):
         n = len(history)
         h = jnp.asarray(history + [0] * (T - n), jnp.int32)
-        drafts, q, state = drafter.propose(model, jax.random.key(step), state, h, jnp.int32(n),
-                                           sampling=sampling, vocab_size=model.vocab_size,
-                                           scratch=scratch)
+        drafts, q, state = propose(jax.random.key(step), state, h, jnp.int32(n))
         drafts, q = np.asarray(drafts), np.asarray(q)
         for k in range(K):
             for i in range(L):
@@ -99,8 +101,7 @@ def check_q_matches_law(model, drafter, history, steps, sampling, seed=0):
         tokens = np.full(L + 1, -1)
         tokens[:tau], tokens[tau] = drafts[d, :tau], extra
         verdict = Verdict(jnp.asarray(tokens, jnp.int32), jnp.int32(tau + 1), jnp.int32(d))
-        state = drafter.update(model, state, jnp.asarray(drafts), verdict, jnp.int32(n),
-                               scratch=scratch)
+        state = update(state, jnp.asarray(drafts), verdict, jnp.int32(n))
         history = history + tokens[: tau + 1].tolist()
         assert int(state.length) in (len(history) - 1, len(history) - 2)
 
