@@ -92,7 +92,7 @@ class TraversalVerifier:
             for i in range(1, L + 1):
                 c, par = canon[k, i], canon[k, i - 1]
                 x = drafts[k, i - 1]
-                new_w = safe_ratio(w[par, i - 1] * r[par, i - 1, x], q[par, i - 1, x])
+                new_w = safe_ratio(w[par, i - 1] * r[par, i - 1, x], q[k, i - 1, x])
                 fresh = (i <= d) & ~entered[c, i]
                 w = w.at[c, i].set(jnp.where(fresh, new_w, w[c, i]))
                 entered = entered.at[c, i].set(entered[c, i] | fresh)
@@ -105,9 +105,13 @@ class TraversalVerifier:
             w, entered = enter_path(k, d, w, r, entered)
             new = canon[k, d] == k
             accepted = new & (eta[k, d - 1] < w[k, d])
-            # Rejected (or a duplicate): update the parent with s = q(. | parent), fixed.
+            # Rejected (or a duplicate): update the parent with this trial's own draft law. For
+            # i.i.d. drafts every draft through the parent has the same q(. | parent), so this is
+            # rule B's fixed s_u; drafts that are not i.i.d. (prompt lookup: each draft one-hot at
+            # its own token) need their own law, as SpecInfer's per-candidate q_k, or a token the
+            # target gives probability 0 gets ratio 0/0 -> 1 and is accepted.
             par = canon[k, d - 1]
-            w_u, r_u, s_u = w[par, d - 1], r[par, d - 1], q[par, d - 1]
+            w_u, r_u, s_u = w[par, d - 1], r[par, d - 1], q[k, d - 1]
             excess = jnp.maximum(w_u * r_u - s_u, 0.0)
             S = excess.sum()
             den = jnp.maximum(s_u - w_u * r_u, 0.0).sum()  # = S + 1 - w_u (rows sum to 1), >= 0
