@@ -133,3 +133,25 @@ def test_verdict_and_bad_inputs():
         v(jax.random.key(0), jnp.zeros((3, 2), jnp.int32), q, jnp.full((3, 2, 4), 0.25), ())
     with pytest.raises(ValueError, match="sum to 1"):
         v(jax.random.key(0), jnp.zeros((3, 2), jnp.int32), q * 2, jnp.full((3, 3, 4), 0.25), ())
+
+
+def test_distinct_one_hot_drafts_never_accept_a_zero_probability_token():
+    """Regression (found by the engine's prompt-lookup test): non-i.i.d. one-hot drafts.
+
+    Each draft's q is one-hot at its own token, so testing draft 1's token against draft 0's law
+    gave ratio 0/0 -> 1 and accepted a token the target gives probability 0.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from algorithms.verifiers import get_verifier
+
+    V, L = 10, 4
+    drafts = jnp.array([[2, 5, 1, 6], [7, 4, 5, 6], [8, 4, 5, 6]], jnp.int32)
+    q = jax.nn.one_hot(drafts, V)
+    target = jnp.array([3, 4, 7, 8, 9])
+    p = jnp.broadcast_to(jax.nn.one_hot(target, V), (3, L + 1, V))
+    verifier = get_verifier("traversal")
+    for seed in range(50):
+        verdict, _ = verifier(jax.random.key(seed), drafts, q, p, ())
+        assert int(verdict.num_emitted) == 1 and int(verdict.tokens[0]) == 3

@@ -161,14 +161,7 @@ def test_greedy_equals_autoregressive_toy(name, kind):
 LOOKUP_PROMPTS = [[1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2], [6, 7, 6, 0, 6, 5, 6], [3, 1, 2, 0, 0, 2]]
 
 
-TRAVERSAL_BUG = pytest.mark.xfail(strict=True, reason=(
-    "found by this test, reported to the verifier's owner: traversal accepts a drafted token "
-    "with target probability 0 (one-hot p, distinct drafts); remove when it XPASSes"))
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=TRAVERSAL_BUG) if n == "traversal" else n
-    for n in MULTI if n in lossless_verifiers()])
+@pytest.mark.parametrize("name", [n for n in MULTI if n in lossless_verifiers()])
 def test_greedy_multi_draft_distinct_lookup_drafts(name):
     target = load_toy("toy-target-v8")
     res = generate(target, LOOKUP_PROMPTS, drafter=NgramDrafter(K=3, L=3, max_ngram=2),
