@@ -3,7 +3,10 @@
 Definitions (Leviathan et al. 2023 §3.1, Sun et al. 2024 "Block verification", §5):
 - block efficiency = generated tokens / target calls (scoring forwards; prefill excluded). It is
   the expected tokens per iteration E[τ + 1] up to EOS/length truncation; 1 for autoregressive.
-- mean accepted length = E[τ] = accepted draft tokens / target calls.
+- mean accepted length = E[τ] = accepted draft tokens / target calls. τ is what the verifier
+  accepted, counted in full even when EOS or ``max_new_tokens`` truncates the last step's output,
+  so acceptance measures the verifier and mean accepted + 1 can exceed the (truncated) block
+  efficiency by up to L / target calls.
 - acceptance rate = accepted draft tokens / drafted tokens (L per call) = E[τ] / L.
 - per-position acceptance[i] = P(τ > i): how often draft position i was accepted.
 - speedup = throughput of speculative / throughput of autoregressive decoding of the same target
