@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hydra.utils import get_class, instantiate
 
-from algorithms.verifiers import _REGISTRY, list_verifiers
+from algorithms.verifiers import _REGISTRY
 from experiments.run import run_experiment
 from experiments.validate import CONFIG_DIR, group_options
 from specjax.data import PromptSuite
@@ -29,8 +29,6 @@ def test_verifier_configs_match_the_registry():
 
 @pytest.mark.parametrize("name", group_options("verifier"))
 def test_verifier_configs_instantiate(make_cfg, name):
-    if name not in list_verifiers():
-        pytest.skip(f"verifier {name!r} is not implemented in this checkout yet")
     v = instantiate(make_cfg(f"verifier={name}").verifier)
     assert f"{type(v).__module__}:{type(v).__name__}" == _REGISTRY[name]
     assert isinstance(v.lossless, bool) and v.max_drafts in (None, 1) or v.max_drafts >= 1
@@ -109,9 +107,6 @@ def test_experiment_files_are_global_packages(name):
 @pytest.mark.parametrize("name", group_options("experiment"))
 def test_experiment_smoke_runs_on_the_toy_pair(make_cfg, toy, name, tmp_path):
     cfg = make_cfg(f"experiment={name}")
-    needed = cfg.verifier._target_.rsplit(".", 1)[0].replace(".", "/") + ".py"
-    if not (CONFIG_DIR.parent / needed).exists():
-        pytest.skip(f"{cfg.verifier._target_} is not implemented in this checkout yet")
     overrides = [f"experiment={name}", *toy, "ar_baseline=false"]
     if "num_layers" in cfg.drafter:
         overrides.append("drafter.num_layers=1")  # the toy has 2 layers

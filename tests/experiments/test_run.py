@@ -168,15 +168,9 @@ def test_multirun_writes_one_run_per_verifier_and_resumes(tmp_path):
     assert [p.read_bytes() for p in runs] == before
 
 
-def _real_models():
-    if not hasattr(specjax, "load_model"):
-        pytest.skip("specjax.load_model (real GGUF models) is not in this checkout")
-
-
 @pytest.mark.slow
 def test_smollm2_self_speculation_through_the_app(make_cfg, tmp_path):
     """Real weights, real chat template, early-exit drafting; greedy so it must equal AR."""
-    _real_models()
     cfg = make_cfg("experiment=smollm2_early_exit", "dataset.n=2", "max_new_tokens=16",
                    "logger=none")
     summary = run_experiment(cfg, tmp_path)
@@ -192,7 +186,6 @@ def test_smollm2_self_speculation_through_the_app(make_cfg, tmp_path):
 @pytest.mark.slow
 def test_default_experiment_shrunk(make_cfg, tmp_path):
     """The README's main command on 2 prompts x 16 tokens (downloads the Qwen pair once)."""
-    _real_models()
     summary = run_experiment(make_cfg("experiment=default", "dataset.n=2", "max_new_tokens=16",
                                       "logger=none"), tmp_path)
     assert summary["model"] == {"target": "qwen2.5-coder-1.5b-instruct",
