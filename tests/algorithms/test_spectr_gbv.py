@@ -178,7 +178,7 @@ def test_verdict_and_bad_inputs():
     verdict, _ = jax.jit(v)(jax.random.key(0), jnp.array([[0, 2], [2, 1]]), q, p, ())
     # p == q: A(z) = p(z) = q(z) and C(z) >= q(z), so the full block of draft 0 passes with
     # probability q(z) / C(z) = (1/9) / (1 - (8/9)^2) = 9/17; whatever happens, tokens are valid.
-    assert 1 <= int(verdict.num_emitted) <= 3
+    assert int(verdict.num_emitted) in (1, 2, 3)
     assert all(0 <= t < 3 for t in np.asarray(verdict.tokens)[:int(verdict.num_emitted)])
     with pytest.raises(ValueError, match="residual must be one of"):
         get_verifier("spectr_gbv", residual="clipped")
