@@ -156,8 +156,3 @@ class DecodeLoop:
                     drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
                     accepted=st.accepted, accepted_per_position=st.accepted_per_position,
                     hit_eos=st.hit_eos)
-
-
-def decode_fn(loop: DecodeLoop):
-    """``jax.jit`` of ``loop.run`` with the loop object closed over (static)."""
-    return jax.jit(loop.run)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mutants import residual_is_target
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -121,19 +122,7 @@ class StopsAtFirstRejection(BlockVerifier):
         return emit(x, tau, sample(k_extra, law), jnp.int32(0)), state
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ResidualIsTarget(BlockVerifier):
-    """Mutation: the correction is drawn from p(. | X_<=tau) instead of Eq. 4's residual."""
-
-    lossless: bool = False
-
-    def __call__(self, key, drafts, q, p, state=()):
-        verdict, state = super().__call__(key, drafts, q, p, state)
-        tau = verdict.num_emitted - 1
-        L = drafts.shape[1]
-        redraw = sample(jax.random.fold_in(key, 7), p[0, jnp.minimum(tau, L)])
-        extra = jnp.where(tau == L, verdict.tokens[L], redraw)
-        return emit(drafts[0], tau, extra, jnp.int32(0)), state
+ResidualIsTarget = residual_is_target(BlockVerifier)
 
 
 def test_monte_carlo_matches_exact_law_and_catches_mutations():

@@ -1,10 +1,10 @@
 """Token-wise speculative sampling: exact losslessness, §8 numbers, Monte Carlo, mutation."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import pytest
+from mutants import residual_is_target
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -17,7 +17,7 @@ from algorithms.exact import (
 )
 from algorithms.exact.monte_carlo import chi_square, sample_emitted
 from algorithms.verifiers import get_verifier
-from algorithms.verifiers.base import Verdict, emit, sample
+from algorithms.verifiers.base import Verdict
 from algorithms.verifiers.token import TokenVerifier
 
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
@@ -43,19 +43,7 @@ def test_expected_tau_on_the_example(L, expected):
     assert expected_tau(iteration_law(token_law, P, Q, L=L)) == pytest.approx(expected, abs=1e-6)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ResidualIsTarget(TokenVerifier):
-    """Mutation: after a rejection, sample the correction from p instead of the residual."""
-
-    lossless: bool = False
-
-    def __call__(self, key, drafts, q, p, state=()):
-        verdict, state = super().__call__(key, drafts, q, p, state)
-        tau = verdict.num_emitted - 1
-        L = drafts.shape[1]
-        redraw = sample(jax.random.fold_in(key, 7), p[0, jnp.minimum(tau, L)])
-        extra = jnp.where(tau == L, verdict.tokens[L], redraw)
-        return emit(drafts[0], tau, extra, jnp.int32(0)), state
+ResidualIsTarget = residual_is_target(TokenVerifier)
 
 
 def test_monte_carlo_matches_exact_law_and_catches_mutation():
