@@ -22,6 +22,7 @@ _REGISTRY: dict[str, str] = {
     "spectr_gbv": "algorithms.verifiers.spectr_gbv:SpecTrGBVVerifier",
     "multipath_block": "algorithms.verifiers.multipath_block:MultiPathBlockVerifier",
     "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
+    "hsd": "algorithms.verifiers.hsd:HSDVerifier",
 }
 
 
