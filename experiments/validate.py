@@ -134,12 +134,22 @@ def verifier_name(verifier) -> str:
 
 
 def check_pairing(cfg: DictConfig, drafter, verifier) -> None:
-    """Multi-draft K against a single-draft verifier (Verifier.max_drafts)."""
+    """Multi-draft K against a single-draft verifier (Verifier.max_drafts), and the drafter's
+    draft structure against the ones the verifier is lossless for (lookup drafts are not i.i.d.).
+    """
+    from algorithms.verifiers import accepted_structures
+
     max_drafts = getattr(verifier, "max_drafts", None)
     if max_drafts is not None and drafter.K > max_drafts:
         raise ConfigError("drafter.K", f"verifier={verifier_name(verifier)} takes at most "
                           f"max_drafts={max_drafts} draft(s), got K={drafter.K}; use K=1 or a "
                           "multi-draft verifier")
+    structure = getattr(drafter, "draft_structure", "iid")
+    if drafter.K > 1 and structure not in accepted_structures(verifier):
+        raise ConfigError("verifier", f"verifier={verifier_name(verifier)} is not defined for "
+                          f"{structure} drafts (drafter {type(drafter).__name__}, K={drafter.K}); "
+                          f"it takes {sorted(accepted_structures(verifier))} drafts; use K=1 or "
+                          "another verifier (e.g. specinfer, traversal)")
 
 
 def check_models(target, draft, needs_draft: bool) -> None:

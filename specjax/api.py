@@ -55,9 +55,11 @@ def _resolve_verifier(verifier, drafter):
         verifier = "token"
     if isinstance(verifier, str):
         verifier = get_verifier(verifier)
-    if verifier.max_drafts is not None and drafter.K > verifier.max_drafts:
-        raise ValueError(f"verifier: {type(verifier).__name__} takes at most max_drafts="
-                         f"{verifier.max_drafts} drafts, but the drafter has K={drafter.K}")
+    from algorithms.verifiers import check_pairing
+
+    # Max drafts and draft structure (i.i.d. vs deterministic lookup), before anything compiles.
+    check_pairing(verifier, drafter.draft_structure, drafter.K,
+                  drafter_name=type(drafter).__name__)
     return verifier
 
 

@@ -10,7 +10,16 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from algorithms.verifiers.base import Verdict, Verifier, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    DRAFT_STRUCTURES,
+    IID,
+    Verdict,
+    Verifier,
+    accepted_structures,
+    check_pairing,
+    validate_inputs,
+)
 
 # name -> "module:Class"
 _REGISTRY: dict[str, str] = {
@@ -24,13 +33,6 @@ _REGISTRY: dict[str, str] = {
     "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
     "hsd": "algorithms.verifiers.hsd:HSDVerifier",
 }
-
-
-def register(name: str, target: str | type) -> None:
-    """Add a verifier under ``name``: a class, or a "module:Class" import path."""
-    if not isinstance(target, str):
-        target = f"{target.__module__}:{target.__name__}"
-    _REGISTRY[name] = target
 
 
 def _available(path: str) -> bool:
@@ -58,6 +60,6 @@ def get_verifier(name: str, **options) -> Verifier:
 
 
 __all__ = [
-    "Verdict", "Verifier", "get_verifier", "list_verifiers", "register", "validate_inputs",
-    "verifier_class",
+    "DETERMINISTIC", "DRAFT_STRUCTURES", "IID", "Verdict", "Verifier", "accepted_structures",
+    "check_pairing", "get_verifier", "list_verifiers", "validate_inputs", "verifier_class",
 ]

@@ -4,11 +4,31 @@ A verifier turns (draft blocks, the draft laws they were sampled from, the targe
 drafted prefix, a key) into the emitted tokens. Keeping it a pure function on probability arrays
 is what lets the same file run inside the jitted decode loop and be checked against its float64
 exact law (``algorithms.exact``).
+
+Claims are class-level facts (``ClassVar``), never constructor fields, so no config or caller can
+switch a biased verifier to "lossless" by passing ``lossless=True``:
+
+- ``lossless``: the verifier emits exactly the target law (for every draft structure it accepts).
+- ``max_drafts``: 1 for single-draft verifiers, None for any K.
+- ``draft_structures``: the draft structures (below) the verifier is defined for; for a lossless
+  verifier, it is lossless for each of them. A verifier without this attribute is taken to accept
+  ``{IID}`` only.
+
+Draft structures. Each drafter declares one (``Drafter.draft_structure``):
+
+- ``IID``: the K drafts are i.i.d. draws from q (draft model, early exit). ``q[k, t]`` is the same
+  law for drafts sharing a prefix.
+- ``DETERMINISTIC``: the drafts are fixed functions of the context (prompt lookup), distinct or
+  duplicated, with one-hot q at each draft's own token. They are not i.i.d. draws from any shared
+  law, so a rule that relies on exchangeable draws (SpecTr's K-SEQ residual) is biased on them.
+
+With K = 1 both structures are the same thing (one draw from q), so only K > 1 is ever refused.
+``check_pairing`` is the one place that decides; the API and the CLI both call it before compiling.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +40,10 @@ PyTree = Any
 # Probability arrays must sum to 1 within this tolerance when values are checked (float32 laws
 # produced by a softmax over 150k logits are only accurate to ~1e-5).
 PROB_ATOL = 1e-3
+
+IID = "iid"
+DETERMINISTIC = "deterministic"
+DRAFT_STRUCTURES = (IID, DETERMINISTIC)
 
 
 class Verdict(NamedTuple):
@@ -34,12 +58,12 @@ class Verdict(NamedTuple):
     draft_index: Int[Array, ""]  # draft whose prefix was accepted (0 when tau == 0)
 
 
-@runtime_checkable
 class Verifier(Protocol):
-    """Frozen, hashable dataclass: static under ``jax.jit``."""
+    """Frozen, hashable dataclass: static under ``jax.jit``. Claims are ClassVars (see above)."""
 
-    lossless: bool  # claims the exact target law; checked by tests, never assumed
-    max_drafts: int | None  # 1 for single-draft verifiers, None for any K
+    lossless: ClassVar[bool]  # claims the exact target law; checked by tests, never assumed
+    max_drafts: ClassVar[int | None]  # 1 for single-draft verifiers, None for any K
+    draft_structures: ClassVar[frozenset[str]]  # IID and/or DETERMINISTIC
 
     def init_state(self, L: int, V: int) -> PyTree: ...
 
@@ -53,11 +77,32 @@ class Verifier(Protocol):
     ) -> tuple[Verdict, PyTree]: ...
 
 
+def accepted_structures(verifier) -> frozenset[str]:
+    return frozenset(getattr(verifier, "draft_structures", frozenset({IID})))
+
+
+def check_pairing(verifier, draft_structure: str, K: int, *, drafter_name: str = "drafter") -> None:
+    """Raise one ``ValueError`` line when ``verifier`` cannot take K drafts of this structure."""
+    name = type(verifier).__name__
+    if draft_structure not in DRAFT_STRUCTURES:
+        raise ValueError(f"{drafter_name}: draft_structure must be one of {DRAFT_STRUCTURES}, "
+                         f"got {draft_structure!r}")
+    max_drafts = getattr(verifier, "max_drafts", None)
+    if max_drafts is not None and K > max_drafts:
+        raise ValueError(f"pairing: {name} takes at most max_drafts={max_drafts} draft(s), but "
+                         f"{drafter_name} has K={K}")
+    if K > 1 and draft_structure not in accepted_structures(verifier):
+        raise ValueError(
+            f"pairing: {drafter_name} ({draft_structure} drafts, K={K}) with {name} is refused: "
+            f"{name} is only defined for {sorted(accepted_structures(verifier))} drafts; use K=1 "
+            "or a verifier that accepts them (e.g. specinfer, traversal)")
+
+
 def _is_concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def validate_inputs(verifier, drafts, q, p, *, check_values: bool = True) -> tuple[int, int, int]:
+def validate_inputs(verifier, drafts, q, p) -> tuple[int, int, int]:
     """Raise one clear ``ValueError`` for malformed verifier inputs; return (K, L, V).
 
     Shapes are static, so this runs at trace time (outside jit) and costs nothing in the loop.
@@ -82,7 +127,7 @@ def validate_inputs(verifier, drafts, q, p, *, check_values: bool = True) -> tup
             f"{name}: K={K} drafts given but this verifier takes at most "
             f"max_drafts={verifier.max_drafts}"
         )
-    if check_values and all(_is_concrete(a) for a in (drafts, q, p)):
+    if all(_is_concrete(a) for a in (drafts, q, p)):
         d = np.asarray(drafts)
         if d.min() < 0 or d.max() >= V:
             raise ValueError(f"{name}: drafts must be token ids in [0, V={V})")

@@ -24,12 +24,21 @@ Thm 1 of the paper: lossless in one iteration, so no state crosses iterations.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    sample,
+    validate_inputs,
+)
 
 # A finite stand-in for log(0) and log(inf) in the running log ratio: exp(-_BIG) == 0 in float32
 # and float64, and +_BIG lifts S_i above every earlier maximum, i.e. w_i = 1 (min(w * inf, 1)).
@@ -73,8 +82,9 @@ def block_acceptance(w: Float[Array, " L"], q: Float[Array, "L V"],
 
 @dataclass(frozen=True, kw_only=True)
 class BlockVerifier:
-    lossless: bool = True
-    max_drafts: int | None = 1
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = 1
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     def init_state(self, L: int, V: int):
         return ()

@@ -30,14 +30,22 @@ live. ``fixup=False`` ignores the state: the biased per-iteration rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    sample,
+    validate_inputs,
+)
 
 # Finite stand-in for log(0) / log(inf) in the running log ratio (exp(-_BIG) == 0); the ratio
 # itself is capped at exp(_LOG_CAP) so r * T cannot overflow float32 (only terms with
@@ -79,12 +87,18 @@ def follow(omega: Float[Array, " M"], active: Array, q_x: Float[Array, ""],
 @dataclass(frozen=True, kw_only=True)
 class GreedyBlockVerifier:
     fixup: bool = True
-    lossless: bool = field(init=False)
-    max_drafts: int | None = 1
+    max_drafts: ClassVar[int | None] = 1
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     def __post_init__(self):
-        # Lossless only with the fix-up; the flag follows the option so tests and configs agree.
-        object.__setattr__(self, "lossless", bool(self.fixup))
+        if not isinstance(self.fixup, bool):
+            raise ValueError(
+                f"GreedyBlockVerifier: fixup must be True or False, got {self.fixup!r}")
+
+    @property
+    def lossless(self) -> bool:
+        """Lossless only with the fix-up: a read-only fact of the option, not a settable field."""
+        return self.fixup
 
     def init_state(self, L: int, V: int) -> GreedyBlockState:
         return GreedyBlockState(jnp.zeros((L,)), jnp.zeros((L,), jnp.int32))

@@ -26,7 +26,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    sample,
+    validate_inputs,
+)
 from algorithms.verifiers.block import block_acceptance, block_weights
 
 ORDERS = ("ratio", "target")
@@ -87,8 +95,9 @@ def skewed_draft_law(x: Int[Array, " L"], q: Float[Array, "L V"], key: Float[Arr
 @dataclass(frozen=True, kw_only=True)
 class MultiPathBlockVerifier:
     order: str = "ratio"
-    lossless: bool = True
-    max_drafts: int | None = None
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     # Mutation hook for tests: False verifies the selected path against q instead of q^Γ.
     _skew: ClassVar[bool] = True

@@ -32,20 +32,31 @@ law given the earlier candidates at its node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    safe_ratio,
+    sample,
+    validate_inputs,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class SpecInferVerifier:
     replacement: bool = True  # False: RRSw, q[k, t] is the without-replacement sequential law
-    lossless: bool = True
-    max_drafts: int | None = None
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     def __post_init__(self):
         if not isinstance(self.replacement, bool):

@@ -22,24 +22,44 @@ residual) equals some survivor's depth-t token, Y is appended and the survivors 
 drafts; otherwise Y is the correction and the iteration stops. With survivors at depth L a bonus
 token is drawn from p(.|prefix). Continuing after a residual sample that matches a draft is
 valid because the matching survivors' continuations are still i.i.d. q given the prefix.
+
+Drafts that are not i.i.d. (prompt lookup: K distinct fixed blocks, one-hot q per draft). K-SEQ
+needs the k survivors to be exchangeable draws from one law; on lookup drafts it emitted
+(0.294, 0.706) where p = (0.5, 0.5). So a node runs K-SEQ only when every survivor carries the
+same q row (true for i.i.d. drafts sharing a prefix, and for duplicated lookup drafts: k copies
+of one token are k i.i.d. draws from its one-hot law). Otherwise it runs per-draft recursive
+rejection (SpecInfer, Miao et al. 2024 §4; ALGORITHMS.md §2.1) with each survivor's own q row,
+which is lossless whenever each candidate's q is its law given the earlier ones. Either rule
+emits exactly p(.|prefix) at the node, so the walk below stays lossless.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    safe_ratio,
+    sample,
+    validate_inputs,
+)
 
 
 def kseq_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], rho, k):
-    """(beta(rho), P_acc(rho)) of §3.1."""
+    """(beta(rho), P_acc(rho)) of §3.1; P_acc = 1 - (1 - beta)^k as -expm1(k log1p(-beta)),
+    which keeps its relative precision when beta is tiny (the naive form rounds to 0)."""
     beta = jnp.minimum(q, p / rho).sum()
-    return beta, 1.0 - jnp.maximum(1.0 - beta, 0.0) ** k
+    return beta, -jnp.expm1(k * jnp.log1p(-jnp.minimum(beta, 1.0)))
 
 
 def kseq_rho(p: Float[Array, " V"], q: Float[Array, " V"], k, steps: int) -> Array:
@@ -60,8 +80,9 @@ def kseq_rho(p: Float[Array, " V"], q: Float[Array, " V"], k, steps: int) -> Arr
 @dataclass(frozen=True, kw_only=True)
 class SpecTrVerifier:
     bisection_steps: int = 40
-    lossless: bool = True
-    max_drafts: int | None = None
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     def __post_init__(self):
         if not isinstance(self.bisection_steps, int) or self.bisection_steps < 1:
@@ -97,7 +118,31 @@ class SpecTrVerifier:
             return sample(key, res)
 
         # cond, not where: unbatched, the vocabulary-wide residual draw runs only when needed.
-        return lax.cond(accept.any(), lambda: tokens[jnp.argmax(accept)], from_residual)
+        return lax.cond(accept.any(), lambda: tokens[jnp.argmax(accept)].astype(jnp.int32),
+                        from_residual)
+
+    def rrs_node(self, key, p, laws, tokens, live, u) -> Int[Array, ""]:
+        """Per-draft recursive rejection (SpecInfer §2.1) for survivors with different q rows."""
+
+        def trial(carry, k):
+            r, winner = carry
+            trying = live[k] & (winner < 0)
+            accept = u[k] < safe_ratio(r[tokens[k]], laws[k, tokens[k]])  # strict, as K-SEQ
+            winner = jnp.where(trying & accept, k, winner).astype(jnp.int32)
+            r = jnp.where(trying & ~accept, residual(r, laws[k], fallback=r), r)
+            return (r, winner), None
+
+        (r, winner), _ = lax.scan(trial, (p, jnp.int32(-1)), jnp.arange(tokens.shape[0]))
+        return lax.cond(winner >= 0, lambda: tokens[jnp.maximum(winner, 0)].astype(jnp.int32),
+                        lambda: sample(key, r))
+
+    def node(self, key, p, laws, lead, tokens, live, u) -> Int[Array, ""]:
+        """K-SEQ when every survivor has the lead's q row (exchangeable draws), else RRS."""
+        shared = (~live | (laws == laws[lead][None, :]).all(-1)).all()
+        q_tokens = laws[jnp.arange(tokens.shape[0]), tokens]
+        return lax.cond(shared,
+                        lambda: self.kseq_node(key, p, laws[lead], tokens, q_tokens, live, u),
+                        lambda: self.rrs_node(key, p, laws, tokens, live, u))
 
     def __call__(
         self,
@@ -115,15 +160,14 @@ class SpecTrVerifier:
         def depth(carry, t):
             alive, stopped, tau, lead, extra = carry
             x = drafts[:, t]
-            q_x = q[jnp.arange(K), t, x]
             active = ~stopped
-            y = lax.cond(active, lambda: self.kseq_node(res_keys[t], p[lead, t], q[lead, t], x,
-                                                        q_x, alive, u[t]), lambda: jnp.int32(0))
+            y = lax.cond(active, lambda: self.node(res_keys[t], p[lead, t], q[:, t], lead, x,
+                                                   alive, u[t]), lambda: jnp.int32(0))
             matches = alive & (x == y)
             go_on = active & matches.any()
             alive = jnp.where(go_on, matches, alive)
             lead = jnp.where(go_on, jnp.argmax(matches).astype(jnp.int32), lead)
-            tau = jnp.where(go_on, t + 1, tau)
+            tau = jnp.where(go_on, t + 1, tau).astype(jnp.int32)
             stop_here = active & ~go_on
             extra = jnp.where(stop_here, y, extra)
             return (alive, stopped | stop_here, tau, lead, extra), None

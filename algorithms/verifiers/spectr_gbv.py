@@ -32,7 +32,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.base import (
+    IID,
+    Verdict,
+    emit,
+    residual,
+    safe_ratio,
+    sample,
+    validate_inputs,
+)
 
 RESIDUALS = ("released", "deficit")
 
@@ -70,8 +78,11 @@ def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Arr
 @dataclass(frozen=True, kw_only=True)
 class SpecTrGBVVerifier:
     residual: str = "released"
-    lossless: bool = False  # measured by tests/algorithms/test_spectr_gbv.py, not the paper's claim
-    max_drafts: int | None = None
+    # Measured by tests/algorithms/test_spectr_gbv.py, not the paper's claim. Lookup drafts are
+    # refused: the paper's Eq. 2 is derived for K i.i.d. drafts only.
+    lossless: ClassVar[bool] = False
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID})
 
     # Mutation hook for tests: False re-tests sub-blocks already rejected (ignores H).
     _skip_rejected: ClassVar[bool] = True

@@ -10,18 +10,29 @@ bonus token from p_{L+1}.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, residual, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    residual,
+    safe_ratio,
+    sample,
+    validate_inputs,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class TokenVerifier:
-    lossless: bool = True
-    max_drafts: int | None = 1
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = 1
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     def init_state(self, L: int, V: int):
         return ()

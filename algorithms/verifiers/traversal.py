@@ -32,7 +32,15 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.base import (
+    DETERMINISTIC,
+    IID,
+    Verdict,
+    emit,
+    safe_ratio,
+    sample,
+    validate_inputs,
+)
 
 
 def merge_prefixes(drafts: Int[Array, "K L"]) -> Int[Array, "K L+1"]:
@@ -61,8 +69,9 @@ def post_order(canon: Int[Array, "K L+1"]) -> Int[Array, " KL"]:
 
 @dataclass(frozen=True, kw_only=True)
 class TraversalVerifier:
-    lossless: bool = True
-    max_drafts: int | None = None
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
     # Mutation hook for tests: False skips the parent update on duplicate trials (biased, §7.3).
     _update_duplicates: ClassVar[bool] = True

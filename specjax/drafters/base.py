@@ -9,12 +9,17 @@ Drafters are frozen, hashable dataclasses (static under jit). What runs on devic
 ``module(target, draft)`` names the nnx module the drafter needs (or None); the engine splits it,
 passes its state through jit, merges it and hands it back to ``init_state``/``propose``/``update``
 as ``model``. Per-sequence drafter state (e.g. a draft KV cache) is a pytree the engine threads.
+
+Each drafter also declares its draft structure: IID when its K drafts are independent draws from
+the q it reports (draft model, early exit), DETERMINISTIC when they are fixed functions of the
+context with one-hot q (prompt lookup). Verifiers are lossless only for the structures they list,
+so the pairing is checked (``algorithms.verifiers.check_pairing``) before anything compiles.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol
 
 from jaxtyping import Array, Float, Int
 
@@ -24,10 +29,12 @@ from specjax.sampling import Sampling
 PyTree = Any
 
 
-@runtime_checkable
 class Drafter(Protocol):
     K: int
     L: int
+    # How the K drafts relate (``algorithms.verifiers.base``: IID or DETERMINISTIC). A class-level
+    # fact the engine checks against the verifier's ``draft_structures`` before compiling.
+    draft_structure: ClassVar[str]
 
     def module(self, target, draft) -> Any:
         """The nnx module run on device (None for model-free drafters); validates inputs."""

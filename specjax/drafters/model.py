@@ -15,12 +15,13 @@ root is a 2-token chunk (the missing x_{L-1}, then the pending token). Scratch l
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import Verdict, sample
+from algorithms.verifiers.base import IID, Verdict, sample
 from specjax.drafters.base import BlockShape
 from specjax.sampling import Sampling
 from specjax.tree import prefill
@@ -34,6 +35,9 @@ def _check_vocab(name: str, target, draft) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelDrafter(BlockShape):
+    # K branches sampled independently from the same q given a shared prefix (keys are split).
+    draft_structure: ClassVar[str] = IID
+
     def module(self, target, draft):
         if draft is None:
             raise ValueError("drafter: ModelDrafter needs a draft model (pass draft=...)")

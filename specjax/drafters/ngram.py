@@ -3,9 +3,14 @@
 Prompt Lookup Decoding (Saxena, 2023) and LLMA (Yang et al., 2023, arXiv 2304.04487): match the
 last g tokens (g from ``max_ngram`` down to ``min_ngram``, longest first) against prompt +
 generated text, take the latest match and propose the L tokens that followed it. Drafts are
-deterministic, so q is one-hot on them (the verifier then accepts x with probability p(x), which
-keeps every lossless verifier lossless). K > 1 takes the K highest-priority matches with distinct
-continuations; missing ones repeat draft 0.
+deterministic, so q is one-hot on each draft's own tokens. K > 1 takes the K highest-priority
+matches with distinct continuations; missing ones repeat draft 0.
+
+Draft structure: DETERMINISTIC, not i.i.d. The K drafts are distinct fixed blocks, not K draws
+from one shared law, so a verifier whose proof needs exchangeable draws is biased on them (SpecTr's
+K-SEQ residual was: TV 0.146 on a V = 3 toy). With K = 1 every lossless verifier stays lossless
+(one draw from a one-hot law); with K > 1 only the verifiers that list DETERMINISTIC in
+``draft_structures`` are lossless, and ``check_pairing`` refuses the others before compiling.
 
 When the continuation runs into the present (the match is only P = n - g - s tokens back), it is
 extended periodically with period P, which is what the text would be if the repetition continues.
@@ -15,16 +20,19 @@ No match at all drafts the pending token repeated.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Int
 
+from algorithms.verifiers.base import DETERMINISTIC
 from specjax.drafters.base import BlockShape
 
 
 @dataclass(frozen=True, kw_only=True)
 class NgramDrafter(BlockShape):
+    draft_structure: ClassVar[str] = DETERMINISTIC
     max_ngram: int = 3
     min_ngram: int = 1
 
