@@ -146,10 +146,13 @@ def check_pairing(cfg: DictConfig, drafter, verifier) -> None:
                           "multi-draft verifier")
     structure = getattr(drafter, "draft_structure", "iid")
     if drafter.K > 1 and structure not in accepted_structures(verifier):
+        from algorithms.verifiers import list_verifiers, verifier_class
+
+        allowed = [n for n in list_verifiers() if structure in accepted_structures(
+            verifier_class(n)) and getattr(verifier_class(n), "max_drafts", None) is None]
         raise ConfigError("verifier", f"verifier={verifier_name(verifier)} is not defined for "
                           f"{structure} drafts (drafter {type(drafter).__name__}, K={drafter.K}); "
-                          f"it takes {sorted(accepted_structures(verifier))} drafts; use K=1 or "
-                          "another verifier (e.g. specinfer, traversal)")
+                          f"allowed: {', '.join(allowed)}, or K=1")
 
 
 def check_models(target, draft, needs_draft: bool) -> None:

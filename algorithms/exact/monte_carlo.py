@@ -57,15 +57,16 @@ def sample_inputs(key, q_table, p_table, *, V: int, L: int, K: int):
 
 def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int, seed: int,
                    ctx: Context = (), state=None, chunk: int = 50_000,
-                   sampler=sample_inputs) -> dict[tuple, int]:
+                   sampler=sample_inputs, dtype=jnp.float32) -> dict[tuple, int]:
     """Counts of emitted strings over n independent (draft, verify) iterations from ``ctx``.
 
     ``sampler`` draws (drafts, q, p) with ``sample_inputs``'s signature; the default is K i.i.d.
-    blocks, another drafting scheme (e.g. without replacement) passes its own.
+    blocks, another drafting scheme (e.g. without replacement) passes its own. ``dtype`` is the
+    precision of the laws handed to the verifier (float64 needs ``jax.enable_x64``).
     """
     V = P.V
-    q_table = jnp.asarray(tabulate(Q, L, ctx), jnp.float32)
-    p_table = jnp.asarray(tabulate(P, L, ctx), jnp.float32)
+    q_table = jnp.asarray(tabulate(Q, L, ctx), dtype)
+    p_table = jnp.asarray(tabulate(P, L, ctx), dtype)
     state = verifier.init_state(L, V) if state is None else state
 
     @jax.jit
@@ -79,6 +80,28 @@ def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int
 
     keys = jax.random.split(jax.random.key(seed), n)
     rows = np.concatenate([np.asarray(run(keys[i:i + chunk])) for i in range(0, n, chunk)])
+    uniq, counts = np.unique(rows, axis=0, return_counts=True)
+    return {tuple(int(t) for t in row if t >= 0): int(c)
+            for row, c in zip(uniq, counts, strict=True)}
+
+
+def fixed_inputs(P: ToyModel, drafts, ctx: Context = (), dtype=jnp.float32):
+    """(drafts, one-hot q, p) arrays for a deterministic draft set (lookup drafts)."""
+    V = P.V
+    d = np.asarray(drafts, np.int32)
+    q = np.eye(V)[d]
+    p = np.stack([np.stack([P(ctx + tuple(int(t) for t in row[:i])) for i in range(d.shape[1] + 1)])
+                  for row in d])
+    return jnp.asarray(d), jnp.asarray(q, dtype), jnp.asarray(p, dtype)
+
+
+def sample_fixed(verifier, P: ToyModel, drafts, *, n: int, seed: int, ctx: Context = (),
+                 dtype=jnp.float32) -> dict[tuple, int]:
+    """Counts of emitted strings over n verifier runs on one fixed (lookup) draft set."""
+    d, q, p = fixed_inputs(P, drafts, ctx, dtype)
+    state = verifier.init_state(d.shape[1], P.V)
+    run = jax.jit(jax.vmap(lambda k: verifier(k, d, q, p, state)[0].tokens))
+    rows = np.asarray(run(jax.random.split(jax.random.key(seed), n)))
     uniq, counts = np.unique(rows, axis=0, return_counts=True)
     return {tuple(int(t) for t in row if t >= 0): int(c)
             for row, c in zip(uniq, counts, strict=True)}

@@ -99,9 +99,6 @@ class MultiPathBlockVerifier:
     max_drafts: ClassVar[int | None] = None
     draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
-    # Mutation hook for tests: False verifies the selected path against q instead of q^Γ.
-    _skew: ClassVar[bool] = True
-
     def __post_init__(self):
         if self.order not in ORDERS:
             raise ValueError(f"MultiPathBlockVerifier: order must be one of {ORDERS}, "
@@ -109,6 +106,10 @@ class MultiPathBlockVerifier:
 
     def init_state(self, L: int, V: int):
         return ()
+
+    def selected_law(self, x, q_k, keys_k, K: int) -> Float[Array, "L V"]:
+        """The law the selected block really has (q^Γ, §6 step 3): what BV must be told."""
+        return skewed_draft_law(x, q_k, keys_k, K)
 
     def __call__(
         self,
@@ -124,7 +125,7 @@ class MultiPathBlockVerifier:
         ranks = jax.vmap(jax.vmap(token_rank))(keys, drafts)
         k = select_largest(ranks)
         x, q_k, p_k = drafts[k], q[k], p[k]
-        q_sel = skewed_draft_law(x, q_k, keys[k], K) if self._skew else q_k
+        q_sel = self.selected_law(x, q_k, keys[k], K)
         # Block verification (Sun et al. Eqs. 4-5) of the selected block against q^Γ.
         pos = jnp.arange(L)
         w = block_weights(p_k[pos, x], q_sel[pos, x])

@@ -84,9 +84,6 @@ class SpecTrGBVVerifier:
     max_drafts: ClassVar[int | None] = None
     draft_structures: ClassVar[frozenset[str]] = frozenset({IID})
 
-    # Mutation hook for tests: False re-tests sub-blocks already rejected (ignores H).
-    _skip_rejected: ClassVar[bool] = True
-
     def __post_init__(self):
         if self.residual not in RESIDUALS:
             raise ValueError(f"SpecTrGBVVerifier: residual must be one of {RESIDUALS}, "
@@ -94,6 +91,11 @@ class SpecTrGBVVerifier:
 
     def init_state(self, L: int, V: int):
         return ()
+
+    @staticmethod
+    def tests_sub_block(done, t, tau, in_h):
+        """Algorithm 1: a sub-block is tested past the accepted length unless it is in H."""
+        return ~done & (t > tau) & ~in_h
 
     def __call__(
         self,
@@ -114,8 +116,8 @@ class SpecTrGBVVerifier:
         def draft(k, carry):
             tau, acc, rejected, done = carry
             for t in range(1, L):  # sub-blocks X^(k)_<=t
-                in_h = (rejected[:, t] & same[:, k, t]).any() & self._skip_rejected
-                test = ~done & (t > tau) & ~in_h
+                in_h = (rejected[:, t] & same[:, k, t]).any()
+                test = self.tests_sub_block(done, t, tau, in_h)
                 passed = u[k, t - 1] < h[k, t - 1]
                 tau = jnp.where(test & passed, t, tau)
                 acc = jnp.where(test & passed, k, acc)

@@ -73,11 +73,13 @@ class TraversalVerifier:
     max_drafts: ClassVar[int | None] = None
     draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
 
-    # Mutation hook for tests: False skips the parent update on duplicate trials (biased, §7.3).
-    _update_duplicates: ClassVar[bool] = True
-
     def init_state(self, L: int, V: int):
         return ()
+
+    @staticmethod
+    def updates_parent(accepted, new):
+        """Rule B: every rejected trial updates its parent, duplicates (``~new``) included."""
+        return ~accepted
 
     def __call__(
         self,
@@ -126,7 +128,7 @@ class TraversalVerifier:
             den = jnp.maximum(s_u - w_u * r_u, 0.0).sum()  # = S + 1 - w_u (rows sum to 1), >= 0
             w_new = jnp.where(den > 0, jnp.minimum(S / jnp.where(den > 0, den, 1.0), 1.0), 1.0)
             r_new = jnp.where(S > 0, excess / jnp.where(S > 0, S, 1.0), r_u)
-            update = ~accepted & (new | self._update_duplicates)
+            update = self.updates_parent(accepted, new)
             w = w.at[par, d - 1].set(jnp.where(update, w_new, w_u))
             r = r.at[par, d - 1].set(jnp.where(update, r_new, r_u))
             return step + 1, accepted, e, w, r, entered

@@ -1,11 +1,24 @@
-"""Deliberately broken verifiers shared by several Monte Carlo tests (each must FAIL them)."""
+"""Deliberately broken verifiers and exact laws (each must FAIL the test that uses it).
+
+They live here, not in the production classes: production verifiers expose the algorithm's own
+steps as methods (``rho``, ``rrs_node``, ``selected_law``, ``updates_parent``,
+``tests_sub_block``) and a mutant overrides one step. Every mutant claims ``lossless = False``.
+"""
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from algorithms.exact.checker import accumulate
+from algorithms.exact.spectr import kseq_beta, kseq_rho
 from algorithms.verifiers.base import emit, sample
+from algorithms.verifiers.multipath_block import MultiPathBlockVerifier
+from algorithms.verifiers.spectr import SpecTrVerifier
+from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
+from algorithms.verifiers.traversal import TraversalVerifier
 
 
 def residual_is_target(base: type) -> type:
@@ -14,7 +27,7 @@ def residual_is_target(base: type) -> type:
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class ResidualIsTarget(base):
-        lossless: bool = False
+        lossless: ClassVar[bool] = False
 
         def __call__(self, key, drafts, q, p, state=()):
             verdict, state = super().__call__(key, drafts, q, p, state)
@@ -26,3 +39,98 @@ def residual_is_target(base: type) -> type:
 
     ResidualIsTarget.__name__ = f"ResidualIsTarget{base.__name__}"
     return ResidualIsTarget
+
+
+def lead_law_for_all(base: type) -> type:
+    """Multi-draft mutant: every draft is verified against draft 0's q (an engine that treats
+    lookup drafts as i.i.d. draws from one law). Harmless on i.i.d. inputs, biased on lookup."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class LeadLawForAll(base):
+        lossless: ClassVar[bool] = False
+
+        def __call__(self, key, drafts, q, p, state=()):
+            return super().__call__(key, drafts, jnp.broadcast_to(q[:1], q.shape), p, state)
+
+    LeadLawForAll.__name__ = f"LeadLawForAll{base.__name__}"
+    return LeadLawForAll
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KSEQEverywhere(SpecTrVerifier):
+    """SpecTr before the draft-structure fix: K-SEQ with the lead draft's q at every node, even
+    when the survivors' q rows differ (lookup drafts). Issue 10: TV 0.146 on a V = 3 toy."""
+
+    lossless: ClassVar[bool] = False
+
+    def node(self, key, p, laws, lead, tokens, live, u):
+        q_tokens = laws[jnp.arange(tokens.shape[0]), tokens]
+        return self.kseq_node(key, p, laws[lead], tokens, q_tokens, live, u)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VerifiesAgainstQ(MultiPathBlockVerifier):
+    """Block verification of the selected path against q instead of q^Γ."""
+
+    lossless: ClassVar[bool] = False
+
+    def selected_law(self, x, q_k, keys_k, K):
+        return q_k
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SkipsDuplicates(TraversalVerifier):
+    """No parent update on duplicate trials (the biased merge of §7.3)."""
+
+    lossless: ClassVar[bool] = False
+
+    @staticmethod
+    def updates_parent(accepted, new):
+        return ~accepted & new
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IgnoresRejected(SpecTrGBVVerifier):
+    """Sub-blocks already in H are tested again."""
+
+    @staticmethod
+    def tests_sub_block(done, t, tau, in_h):
+        return ~done & (t > tau)
+
+
+def spectr_kseq_everywhere_fixed(P, drafts, ctx=()):
+    """Exact law of ``KSEQEverywhere`` on lookup drafts: K-SEQ at each node with the lead
+    survivor's one-hot q as the shared law (the pre-fix rule the exact checker must reject)."""
+    L, V = len(drafts[0]), P.V
+    out: dict = {}
+
+    def node(z, prob):
+        p = P(ctx + z)
+        if len(z) == L:
+            for y in np.flatnonzero(p > 0):
+                accumulate(out, z + (int(y),), prob * p[y])
+            return
+        alive = [k for k, d in enumerate(drafts) if d[:len(z)] == z]
+        tokens = [drafts[k][len(z)] for k in alive]
+        q = np.eye(V)[tokens[0]]
+        m = len(tokens)
+        rho = kseq_rho(p, q, m)
+        beta = kseq_beta(p, q, rho)
+        p_acc = 1.0 - (1.0 - beta) ** m
+        law_y = np.zeros(V)
+        reach = 1.0
+        for x in tokens:  # each draft tested with its own q(x) = 1: min(1, p(x) / rho)
+            a = min(1.0, p[x] / rho)
+            law_y[x] += reach * a
+            reach *= 1.0 - a
+        res = np.maximum(p - np.minimum(q, p / rho) * (p_acc / beta if beta > 0 else 0.0), 0.0)
+        res = res / res.sum() if res.sum() > 0 else p
+        law_y += reach * res
+        for y in np.flatnonzero(law_y > 0):
+            if int(y) in tokens:
+                node(z + (int(y),), prob * law_y[y])
+            else:
+                accumulate(out, z + (int(y),), prob * law_y[y])
+
+    node((), 1.0)
+    return out

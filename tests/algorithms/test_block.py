@@ -2,6 +2,7 @@
 
 import dataclasses
 import itertools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +106,7 @@ def test_acceptance_zero_denominator_means_accept():
 class StopsAtFirstRejection(BlockVerifier):
     """Mutation: tau = (first i with eta_i >= h_i) - 1, token-wise style, instead of the max."""
 
-    lossless: bool = False
+    lossless: ClassVar[bool] = False
 
     def __call__(self, key, drafts, q, p, state=()):
         L = drafts.shape[1]

@@ -1,12 +1,12 @@
 """Multi-path block verification (§6 reconstruction): q^Γ, losslessness, numbers, Monte Carlo."""
 
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mutants import VerifiesAgainstQ
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -26,7 +26,7 @@ from algorithms.exact.multipath_block import (
     selected_path_law_bruteforce,
 )
 from algorithms.verifiers import get_verifier
-from algorithms.verifiers.multipath_block import MultiPathBlockVerifier, select_largest
+from algorithms.verifiers.multipath_block import select_largest
 
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
 ORDERS = ["ratio", "target"]
@@ -103,13 +103,6 @@ def test_select_largest_is_lexicographic():
     ranks = jnp.array([[1, 2, 0], [2, 0, 0], [2, 1, 5], [2, 1, 5]])
     assert int(select_largest(ranks)) == 2
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VerifiesAgainstQ(MultiPathBlockVerifier):
-    """Mutation: block verification of the selected path against q instead of q^Γ."""
-
-    lossless: bool = False
-    _skew = False
 
 
 @pytest.mark.parametrize("order", ORDERS)

@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import itertools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -121,7 +122,7 @@ class SkipDuplicateUpdate(SpecInferVerifier):
     """Mutation: a draft repeating an earlier candidate's token at the node is skipped, so the
     duplicate's rejection no longer updates the residual (§2.1 says it must)."""
 
-    lossless: bool = False
+    lossless: ClassVar[bool] = False
 
     def rrs_node(self, r, tokens, laws, live, u):
         K = tokens.shape[0]

@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import itertools
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -114,7 +115,7 @@ def test_expected_tau_on_the_random_pairs_table(seed, K, expected):
 class RhoFixedAtOne(SpecTrVerifier):
     """Mutation: K-SEQ with rho = 1 (accept with min(1, p/q) per draft); invalid for k >= 2."""
 
-    lossless: bool = False
+    lossless: ClassVar[bool] = False
 
     def rho(self, p, q, k):
         return jnp.ones((), p.dtype)

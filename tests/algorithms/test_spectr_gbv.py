@@ -4,13 +4,13 @@ The verifier is a faithful port of a biased algorithm, so these tests assert the
 enumeration (and that the JAX port reproduces its own exact law), not the paper's claims.
 """
 
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mutants import IgnoresRejected
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -28,7 +28,6 @@ from algorithms.exact.greedy_block import greedy_block_law
 from algorithms.exact.monte_carlo import chi_square, sample_emitted
 from algorithms.exact.spectr_gbv import first_token_law, spectr_gbv_law
 from algorithms.verifiers import get_verifier
-from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
 
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
 RESIDUALS = ["released", "deficit"]
@@ -144,12 +143,6 @@ def test_expected_tau_can_exceed_the_lossless_bound():
     print(f"spectr_gbv seed 1 K=2 L=2: E[tau] {tau:.4f} > bound {bound:.4f}")
     assert tau > bound + 0.1
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class IgnoresRejected(SpecTrGBVVerifier):
-    """Mutation: sub-blocks already in H are tested again."""
-
-    _skip_rejected = False
 
 
 def test_monte_carlo_matches_its_own_exact_law_and_catches_mutations():

@@ -1,11 +1,11 @@
 """Traversal verification, rule B: exact losslessness, reductions, §7.3 numbers, Monte Carlo."""
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mutants import SkipsDuplicates
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -21,7 +21,7 @@ from algorithms.exact.monte_carlo import chi_square, sample_emitted
 from algorithms.exact.specinfer import specinfer_law
 from algorithms.exact.traversal import traversal_law, traversal_law_skipping_duplicates
 from algorithms.verifiers import get_verifier
-from algorithms.verifiers.traversal import TraversalVerifier, merge_prefixes, post_order
+from algorithms.verifiers.traversal import merge_prefixes, post_order
 
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
 
@@ -100,13 +100,6 @@ def test_schedule_is_post_order_with_duplicates_in_draft_order():
     assert canon.tolist() == [[0, 0, 0], [0, 0, 1], [0, 2, 2]]
     assert post_order(canon).tolist() == [1, 3, 0, 2, 5, 4]
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SkipsDuplicates(TraversalVerifier):
-    """Mutation: no parent update on duplicate trials (the biased merge of §7.3)."""
-
-    lossless: bool = False
-    _update_duplicates = False
 
 
 def test_monte_carlo_matches_exact_law_and_catches_mutation():

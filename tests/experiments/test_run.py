@@ -103,6 +103,8 @@ INVALID = [
     (["max_new_tokens=0"], "max_new_tokens"),
     (["dataset.n=0"], "dataset.n"),
     (["drafter.K=3"], "drafter.K"),  # token verifier: max_drafts = 1
+    # lookup drafts are not i.i.d.: a verifier not defined for them is refused (issue 10)
+    (["drafter=ngram", "drafter.K=3", "verifier=spectr_gbv"], "verifier"),
     (["model.draft=toy-draft-v8"], "model.draft"),  # V=8 draft for a V=4 target
     (["model.target=toy-unknown"], "model.target"),
     (["drafter=ngram", "drafter.min_ngram=3", "drafter.max_ngram=2"], "drafter.max_ngram"),
@@ -138,6 +140,7 @@ def _cli(*args, cwd):
     (["verifier=nope"], "verifier"),
     (["-m", "verifier=token,nope"], "verifier"),
     (["sampling.top_p=2"], "sampling.top_p"),
+    (["drafter=ngram", "drafter.K=3", "verifier=spectr_gbv"], "verifier"),
 ])
 def test_cli_exits_2_with_one_line_naming_the_field(greedy_run, tmp_path, args, field):
     run_dir = greedy_run[0]
@@ -147,8 +150,9 @@ def test_cli_exits_2_with_one_line_naming_the_field(greedy_run, tmp_path, args, 
     assert proc.returncode == 2, proc.stderr
     errors = [x for x in proc.stderr.splitlines() if x.startswith("specjax-run: error:")]
     assert len(errors) == 1 and f"error: {field}:" in errors[0], proc.stderr
-    if field == "verifier":
-        assert "allowed: " in errors[0] and "token" in errors[0]
+    if field == "verifier":  # the allowed list: all names, or those taking lookup drafts
+        listed = "specinfer" if "drafter=ngram" in args else "token"
+        assert "allowed: " in errors[0] and listed in errors[0]
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
     assert not (tmp_path / "sweep").exists() or not any((tmp_path / "sweep").rglob("*.jsonl"))
 
