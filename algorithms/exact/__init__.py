@@ -41,6 +41,7 @@ EXACT_LAWS: dict[str, str] = {
     "multipath_block": "algorithms.exact.multipath_block:multipath_block_law",
     "traversal": "algorithms.exact.traversal:traversal_law",
     "hsd": "algorithms.exact.hsd:hsd_law",
+    "greedy_draft": "algorithms.exact.greedy_draft:greedy_draft_law",
 }
 
 

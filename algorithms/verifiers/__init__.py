@@ -32,6 +32,7 @@ _REGISTRY: dict[str, str] = {
     "multipath_block": "algorithms.verifiers.multipath_block:MultiPathBlockVerifier",
     "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
     "hsd": "algorithms.verifiers.hsd:HSDVerifier",
+    "greedy_draft": "algorithms.verifiers.greedy_draft:GreedyDraftVerifier",
 }
 
 
