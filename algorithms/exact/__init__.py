@@ -42,6 +42,7 @@ EXACT_LAWS: dict[str, str] = {
     "traversal": "algorithms.exact.traversal:traversal_law",
     "hsd": "algorithms.exact.hsd:hsd_law",
     "greedy_draft": "algorithms.exact.greedy_draft:greedy_draft_law",
+    "importance": "algorithms.exact.importance:importance_law",
 }
 
 

@@ -33,6 +33,7 @@ _REGISTRY: dict[str, str] = {
     "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
     "hsd": "algorithms.verifiers.hsd:HSDVerifier",
     "greedy_draft": "algorithms.verifiers.greedy_draft:GreedyDraftVerifier",
+    "importance": "algorithms.verifiers.importance:ImportanceSamplingVerifier",
 }
 
 

@@ -1,0 +1,68 @@
+"""Exact one-iteration law of max-ratio importance-sampling selection + speculative sampling per
+node (Khisti et al., ICLR 2025, arXiv 2410.18234; see algorithms/verifiers/importance.py).
+
+Independent of the JAX kernel: the selection law s is computed by enumerating every k-tuple of
+draws and crediting its max-ratio token, not from the F^k - F^-k closed form. Tree recursion as
+in ``algorithms.exact.spectr``: the law below a node depends only on (prefix, #survivors).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from algorithms.exact.checker import accumulate
+
+
+def selected(p: np.ndarray, q: np.ndarray, tokens: tuple[int, ...]) -> int:
+    """The max-ratio token of the tuple, ties to the smaller id."""
+    return max(tokens, key=lambda x: (p[x] / q[x], -x))
+
+
+def selection_law_by_enumeration(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    s = np.zeros_like(q)
+    support = [int(x) for x in np.flatnonzero(q > 0)]
+    for tokens in itertools.product(support, repeat=k):
+        s[selected(p, q, tokens)] += float(np.prod(q[list(tokens)]))
+    return s
+
+
+def importance_law(P, Q, ctx, state=(), *, L, K=1):
+    """{(emitted, ()): prob} of one iteration with K i.i.d. drafts of length L."""
+    memo: dict[tuple, dict] = {}
+
+    def node(z: tuple[int, ...], m: int) -> dict:
+        if (z, m) in memo:
+            return memo[(z, m)]
+        out: dict = {}
+        p = P(ctx + z)
+
+        def emit(y: int, prob: float, survivors: int) -> None:
+            if survivors == 0 or len(z) == L:
+                accumulate(out, (y,), prob)
+                return
+            for e, pr in node(z + (y,), survivors).items():
+                accumulate(out, (y,) + e, prob * pr)
+
+        if len(z) == L:  # bonus
+            for y in np.flatnonzero(p > 0):
+                emit(int(y), float(p[y]), 0)
+            memo[(z, m)] = out
+            return out
+        q = Q(ctx + z)
+        s = selection_law_by_enumeration(p, q, m)
+        res = np.maximum(p - s, 0.0)
+        res = res / res.sum() if res.sum() > 0 else p
+        support = [int(x) for x in np.flatnonzero(q > 0)]
+        for tokens in itertools.product(support, repeat=m):
+            reach = float(np.prod(q[list(tokens)]))
+            y = selected(p, q, tokens)
+            a = 1.0 if p[y] >= s[y] else p[y] / s[y]
+            emit(y, reach * a, tokens.count(y))
+            for r in np.flatnonzero(res > 0):
+                emit(int(r), reach * (1.0 - a) * res[r], tokens.count(int(r)))
+        memo[(z, m)] = out
+        return out
+
+    return {(e, ()): pr for e, pr in node((), K).items()}

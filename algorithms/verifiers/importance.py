@@ -1,0 +1,113 @@
+"""Importance-sampling multi-draft selection, then single-draft speculative sampling, per node.
+
+Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+Canonical Decomposition and Theoretical Limits", ICLR 2025 (arXiv 2410.18234): every token-level
+multi-draft scheme can be written as (1) an importance-sampling (IS) step that picks one of the k
+draft tokens, whose output Y' then has some law s, and (2) single-draft speculative sampling of
+Y' against the target p: accept with min(1, p(Y')/s(Y')), else draw from norm(max(p - s, 0)).
+Any IS step gives an exact scheme; the choice of IS weights sets the acceptance sum_y min(p, s).
+
+The paper's optimal weights come from an LP; we implement the member of the class that has a
+closed form in O(V log V) (our choice, stated as such): pick the draft whose token has the largest
+ratio p/q (ties to the smaller token id). With tokens ordered by that key and F(y) the q-mass of
+tokens ranked at or below y, F^-(y) the mass strictly below,
+
+    s(y) = F(y)^k - F^-(y)^k          (k i.i.d. draws; at k = 2: q(y)^2 + 2 q(y) F^-(y)).
+
+On the ALGORITHMS.md example at k = 2, (1)+(2) accepts sum_y min(p, s) = 8/9, the optimum
+(Khisti et al.'s K = 2 value, = alpha* of Hu et al.); as k grows it over-feeds high-ratio tokens
+(0.864 at k = 4 against alpha* = 1). A residual draw that lands on another survivor's token
+recovers part of that (below), but E[tau] is still not monotone in K (L = 1: 0.99805 at K = 3,
+0.99791 at K = 4 on the example).
+
+Sequences (as SpecTr's walk, ALGORITHMS.md §3.2): at depth t the survivors are the drafts whose
+first t tokens equal the emitted prefix; the node runs (1)+(2) with k = #survivors; if the output
+Y (accepted, or a residual draw) is a survivor's token, Y is appended and those drafts survive,
+otherwise Y is the correction. Continuing is exact because the survivors' continuations are still
+i.i.d. q given the prefix; the IS step looks at depth-t tokens only. k = 1 is token-wise SD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Bool, Float, Int
+
+from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
+
+
+def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k) -> Float[Array, " V"]:
+    """s(y) = F(y)^k - F^-(y)^k: the law of the max-ratio token among k i.i.d. draws from q."""
+    V = p.shape[0]
+    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
+    # Ascending (ratio, -id): tokens ranked below y come before it; ties go to the smaller id.
+    order = jnp.lexsort((-jnp.arange(V), ratio))
+    F = jnp.cumsum(q[order])
+    F_below = F - q[order]
+    k = jnp.asarray(k, p.dtype)
+    s_sorted = jnp.where(q[order] > 0, F ** k - F_below ** k, 0.0)
+    return jnp.zeros_like(q).at[order].set(jnp.maximum(s_sorted, 0.0))
+
+
+def rank_key(p: Float[Array, " V"], q: Float[Array, " V"]) -> Float[Array, " V"]:
+    """Position of each token in the ascending (ratio, -id) order: larger key = selected."""
+    V = p.shape[0]
+    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
+    order = jnp.lexsort((-jnp.arange(V), ratio))
+    return jnp.zeros(V, jnp.int32).at[order].set(jnp.arange(V, dtype=jnp.int32))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImportanceSamplingVerifier:
+    lossless: ClassVar[bool] = True
+    max_drafts: ClassVar[int | None] = None
+    draft_structures: ClassVar[frozenset[str]] = frozenset({"iid"})  # base.IID
+
+    def init_state(self, L: int, V: int):
+        return ()
+
+    def node(self, key, p, q, tokens: Int[Array, " K"], live: Bool[Array, " K"]
+             ) -> Int[Array, ""]:
+        """(1) select the live draft with the max-ratio token, (2) SD against its law s."""
+        k_coin, k_res = jax.random.split(key)
+        s = selection_law(p, q, live.sum())
+        rank = jnp.where(live, rank_key(p, q)[tokens], -1)
+        y = tokens[jnp.argmax(rank)].astype(jnp.int32)
+        accept = jax.random.uniform(k_coin) < safe_ratio(p[y], s[y])  # strict: u can be 0
+        res = jnp.maximum(p - s, 0.0)
+        res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch
+        return lax.cond(accept, lambda: y, lambda: sample(k_res, res))
+
+    def __call__(
+        self,
+        key: Array,
+        drafts: Int[Array, "K L"],
+        q: Float[Array, "K L V"],
+        p: Float[Array, "K L+1 V"],
+        state=(),
+    ) -> tuple[Verdict, tuple]:
+        K, L, _ = validate_inputs(self, drafts, q, p)
+        k_nodes, k_bonus = jax.random.split(key)
+        keys = jax.random.split(k_nodes, L)
+
+        def depth(carry, t):
+            alive, stopped, tau, lead, extra = carry
+            x = drafts[:, t]
+            y = lax.cond(stopped, lambda: jnp.int32(0),
+                         lambda: self.node(keys[t], p[lead, t], q[lead, t], x, alive))
+            matches = alive & (x == y)
+            go_on = ~stopped & matches.any()
+            alive = jnp.where(go_on, matches, alive)
+            lead = jnp.where(go_on, jnp.argmax(matches), lead).astype(jnp.int32)
+            stop_here = ~stopped & ~go_on
+            extra = jnp.where(stop_here, y, extra)
+            return (alive, stopped | stop_here, tau + go_on, lead, extra), None
+
+        init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), jnp.int32(0))
+        (_, stopped, tau, lead, extra), _ = lax.scan(depth, init, jnp.arange(L))
+        extra = jnp.where(stopped, extra, sample(k_bonus, p[lead, L]))
+        return emit(drafts[lead], tau.astype(jnp.int32), extra, lead), state
