@@ -82,7 +82,7 @@ class SpecInferVerifier:
             x, q_k = tokens[k], laws[k]
             trying = live[k] & (winner < 0)
             accept = u[k] < safe_ratio(r[x], q_k[x])  # strict: u can be exactly 0
-            winner = jnp.where(trying & accept, k, winner)
+            winner = jnp.where(trying & accept, k, winner).astype(jnp.int32)  # int64 under x64
             # Every rejected trial updates r, duplicates included (§2.1 notes).
             r = jnp.where(trying & ~accept, residual(r, q_k, fallback=r), r)
             return (r, winner), None
@@ -114,7 +114,7 @@ class SpecInferVerifier:
             survivors = alive & (drafts[:, t] == token)
             alive = jnp.where(accepted, survivors, alive)
             lead = jnp.where(accepted, jnp.argmax(survivors).astype(jnp.int32), lead)
-            tau = jnp.where(accepted, t + 1, tau)
+            tau = jnp.where(accepted, t + 1, tau).astype(jnp.int32)
             rejected_all = active & (winner < 0)
             law = jnp.where(rejected_all, r, law)
             return (alive, stopped | rejected_all, tau, lead, law), None

@@ -134,3 +134,23 @@ def spectr_kseq_everywhere_fixed(P, drafts, ctx=()):
 
     node((), 1.0)
     return out
+
+
+def correction_is_target(base: type) -> type:
+    """Any verifier: after a rejection (tau < L) the extra token is redrawn from p at the
+    accepted prefix of the emitted draft, dropping the residual. Biased whenever a residual
+    differs from p, which every verifier's does on a generic pair."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class CorrectionIsTarget(base):
+        lossless: ClassVar[bool] = False
+
+        def __call__(self, key, drafts, q, p, state=()):
+            verdict, state = super().__call__(key, drafts, q, p, state)
+            tau, k, L = verdict.num_emitted - 1, verdict.draft_index, drafts.shape[1]
+            redraw = sample(jax.random.fold_in(key, 11), p[k, jnp.minimum(tau, L)])
+            extra = jnp.where(tau == L, verdict.tokens[L], redraw)
+            return emit(drafts[k], tau, extra, k), state
+
+    CorrectionIsTarget.__name__ = f"CorrectionIsTarget{base.__name__}"
+    return CorrectionIsTarget
