@@ -23,8 +23,11 @@ from algorithms.exact.token import add_extra
 
 
 def top_tokens(q: np.ndarray, n: int) -> list[int]:
-    """The n most likely tokens of q, ties to the lower id (the drafter's order)."""
-    return [int(x) for x in np.lexsort((np.arange(len(q)), -q))[:n]]
+    """The n most likely tokens of q, ties to the lower id (the drafter's order); past V the
+    order repeats, so K - 1 >= V fixed drafts cover the vocabulary (and the sampled draft then
+    falls back to q itself)."""
+    order = np.lexsort((np.arange(len(q)), -q))
+    return [int(order[i % len(q)]) for i in range(n)]
 
 
 def greedy_root_law(q: np.ndarray, K: int) -> tuple[list[int], np.ndarray]:

@@ -72,7 +72,7 @@ def greedy_sample_inputs(key, q_table, p_table, *, V, L, K, report_restricted=Tr
     q restricted to the rest, then q-sampling below the root; q rows are each token's true law
     (``report_restricted=False`` is the misreporting mutant: the plain q row for the sample)."""
     q0 = q_table[0]
-    top = jnp.argsort(-q0, stable=True)[:K - 1]
+    top = jnp.argsort(-q0, stable=True)[jnp.arange(K - 1) % V]
     rest = q0.at[top].set(0.0)
     rest = rest / rest.sum()
     k_root, k_rest = jax.random.split(key)

@@ -114,3 +114,16 @@ def test_monte_carlo_matches_exact_law_and_catches_mutations(variant):
     assert fits["real"].passes(FPR)
     assert not fits["never-steps-back mutant"].passes(FPR)
     assert not fits["residual=p mutant"].passes(FPR)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_released_expected_tau_is_the_single_draft_bound(seed):
+    """Why HSD looks better than BV: its E[tau] is exactly sum_t sum_z min(p(z), q(z)), the bound
+    that greedy block verification reaches only by carrying state across iterations and that no
+    stateless lossless verifier reaches (BV is optimal among them, Sun et al. 2025)."""
+    from algorithms.exact import single_draft_bound
+
+    P, Q = random_pair(3, seed)
+    for L in (2, 3):
+        assert expected_tau(iteration_law(hsd_law, P, Q, L=L)) == pytest.approx(
+            single_draft_bound(P, Q, L), abs=1e-12)
