@@ -50,29 +50,51 @@ def one_minus_pow(x: Float[Array, "..."], K: int) -> Float[Array, "..."]:
     return -jnp.expm1(K * jnp.log1p(-jnp.minimum(x, 1.0)))
 
 
+def one_minus_pow_over_x(log_x: Float[Array, "..."], K: int) -> Float[Array, "..."]:
+    """[1 - (1 - x)^K] / x from log x; K in the limit x -> 0 (also once exp(log x) underflows)."""
+    x = jnp.exp(jnp.minimum(log_x, 0.0))
+    return jnp.where(x > 0, one_minus_pow(x, K) / jnp.where(x > 0, x, 1.0), float(K))
+
+
+def safe_log(x: Float[Array, "..."]) -> Float[Array, "..."]:
+    return jnp.where(x > 0, jnp.log(jnp.where(x > 0, x, 1.0)), -jnp.inf)
+
+
 def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Array, "K L+1 V"]
                ) -> tuple[Float[Array, "K L"], Float[Array, "K L+1"], Float[Array, "K L+1"]]:
-    """h(X^(k)_<=t) for every draft k and t = 1..L (Eq. 2), plus the joints p(X_<=t), q(X_<=t)."""
+    """h(X^(k)_<=t) for every draft k and t = 1..L (Eq. 2), plus the log joints log p(X_<=t),
+    log q(X_<=t).
+
+    Joints are sums of logs, and every quantity in h is divided by s(z) = max(p(z), q(z)) before
+    it is formed: A(z)/s, C(z)/s and sum_x A(z,x)/s stay O(1) however small the joints are (a
+    cumprod underflows at L = 12 once the geometric-mean token probability is below ~7e-4 in
+    float32, giving h = 1, then 0/0). Every division is guarded: a zero denominator gives h = 1,
+    the convention the released code uses for an exhausted sub-block.
+    """
     K, L = drafts.shape
     p_x = jnp.take_along_axis(p[:, :L], drafts[..., None], -1)[..., 0]  # p(X_t | X_<t)
     q_x = jnp.take_along_axis(q, drafts[..., None], -1)[..., 0]
-    ones = jnp.ones((K, 1), p.dtype)
-    p_joint = jnp.concatenate([ones, jnp.cumprod(p_x, axis=1)], axis=1)  # [K, L+1], t = 0..L
-    q_joint = jnp.concatenate([ones, jnp.cumprod(q_x, axis=1)], axis=1)
+    zeros = jnp.zeros((K, 1), p.dtype)
+    log_p = jnp.concatenate([zeros, jnp.cumsum(safe_log(p_x), axis=1)], axis=1)  # [K, L+1]
+    log_q = jnp.concatenate([zeros, jnp.cumsum(safe_log(q_x), axis=1)], axis=1)
+    lp, lq = log_p[:, 1:], log_q[:, 1:]  # t = 1..L
+    m = jnp.maximum(lp, lq)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)  # both joints 0: a probability-0 block
+    a, b = jnp.exp(lp - m), jnp.exp(lq - m)  # p(z)/s, q(z)/s in [0, 1], one of them 1
 
-    def accepted_mass(pz, qz):  # A(z)
-        return pz * one_minus_pow(safe_ratio(qz, pz), K)
+    def accepted_mass(pz, qz):  # A(z)/s for scaled joints: p(z) [1 - (1 - min(1, q/p))^K]
+        return pz * one_minus_pow(jnp.where(qz >= pz, 1.0, qz / jnp.where(pz > 0, pz, 1.0)), K)
 
-    cover = one_minus_pow(q_joint[:, 1:], K)  # C(X_<=t), t = 1..L
-    own = accepted_mass(p_joint[:, 1:], q_joint[:, 1:])
-    # sum_x A(X_<=t, x) for t = 1..L-1 (the children of each tested sub-block).
-    children = accepted_mass(p_joint[:, 1:L, None] * p[:, 1:L],
-                             q_joint[:, 1:L, None] * q[:, 1:]).sum(-1)
+    own = accepted_mass(a, b)
+    cover = b * one_minus_pow_over_x(lq, K)  # C(z)/s = (q(z)/s) [1 - (1 - q(z))^K] / q(z)
+    # sum_x A(X_<=t, x)/s for t = 1..L-1 (the children of each tested sub-block).
+    children = accepted_mass(a[:, :L - 1, None] * p[:, 1:L], b[:, :L - 1, None] * q[:, 1:]).sum(-1)
     num = own[:, :L - 1] - children
     den = cover[:, :L - 1] - children
     h_sub = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 1.0)
-    h = jnp.concatenate([h_sub, own[:, L - 1:] / cover[:, L - 1:]], axis=1)
-    return h, p_joint, q_joint
+    c_last = cover[:, L - 1:]
+    h_full = jnp.where(c_last > 0, own[:, L - 1:] / jnp.where(c_last > 0, c_last, 1.0), 1.0)
+    return jnp.concatenate([h_sub, h_full], axis=1), log_p, log_q
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +129,7 @@ class SpecTrGBVVerifier:
     ) -> tuple[Verdict, tuple]:
         K, L, _ = validate_inputs(self, drafts, q, p)
         k_coin, k_extra = jax.random.split(key)
-        h, p_joint, q_joint = acceptance(drafts, q, p)
+        h, log_p, log_q = acceptance(drafts, q, p)
         u = jax.random.uniform(k_coin, (K, L))
         # same[j, k, t]: drafts j and k agree on their first t tokens (same sub-block).
         eq = drafts[:, None, :] == drafts[None, :, :]
@@ -127,10 +149,13 @@ class SpecTrGBVVerifier:
 
         init = (jnp.int32(0), jnp.int32(0), jnp.zeros((K, L + 1), bool), jnp.bool_(False))
         tau, acc, _, _ = jax.lax.fori_loop(0, K, draft, init)
-        # Eq. 4 at y = X^(acc)_<=tau, with joint ratio r(y,x) = min(1, q(y,x)/p(y,x)).
+        # Eq. 4 at y = X^(acc)_<=tau, with joint ratio r(y,x) = min(1, q(y,x)/p(y,x)); the
+        # residual is normalised, so p(y) is scaled out and q(y)/p(y) taken in log space.
         i = jnp.minimum(tau, L - 1)
-        p_yx = p_joint[acc, i] * p[acc, i]
-        r = safe_ratio(q_joint[acc, i] * q[acc, i], p_yx)
+        p_yx = p[acc, i]
+        log_ratio = jnp.where(log_p[acc, i] > -jnp.inf, log_q[acc, i] - log_p[acc, i], 80.0)
+        ratio_y = jnp.exp(jnp.minimum(log_ratio, 80.0))  # beyond e^80, r saturates at 1 anyway
+        r = safe_ratio(ratio_y * q[acc, i], p_yx)
         deficit = 1.0 - r**K if self.residual == "released" else (1.0 - r) ** K
         correction = residual(p_yx * deficit, jnp.zeros_like(p_yx), fallback=p[acc, i])
         extra = sample(k_extra, jnp.where(tau == L, p[acc, L], correction))

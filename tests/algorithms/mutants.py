@@ -154,3 +154,28 @@ def correction_is_target(base: type) -> type:
 
     CorrectionIsTarget.__name__ = f"CorrectionIsTarget{base.__name__}"
     return CorrectionIsTarget
+
+
+def cumprod_acceptance(drafts, q, p):
+    """SpecTr-GBV's h before issue 10: joints by ``cumprod`` in linear space, divisions unguarded
+    at t = L. Underflows at L = 12 with small token probabilities (h = 1, then NaN)."""
+    from algorithms.verifiers.base import safe_ratio
+    from algorithms.verifiers.spectr_gbv import one_minus_pow
+
+    K, L = drafts.shape
+    p_x = jnp.take_along_axis(p[:, :L], drafts[..., None], -1)[..., 0]
+    q_x = jnp.take_along_axis(q, drafts[..., None], -1)[..., 0]
+    ones = jnp.ones((K, 1), p.dtype)
+    p_joint = jnp.concatenate([ones, jnp.cumprod(p_x, axis=1)], axis=1)
+    q_joint = jnp.concatenate([ones, jnp.cumprod(q_x, axis=1)], axis=1)
+
+    def accepted_mass(pz, qz):
+        return pz * one_minus_pow(safe_ratio(qz, pz), K)
+
+    cover = one_minus_pow(q_joint[:, 1:], K)
+    own = accepted_mass(p_joint[:, 1:], q_joint[:, 1:])
+    children = accepted_mass(p_joint[:, 1:L, None] * p[:, 1:L],
+                             q_joint[:, 1:L, None] * q[:, 1:]).sum(-1)
+    num, den = own[:, :L - 1] - children, cover[:, :L - 1] - children
+    h_sub = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 1.0)
+    return jnp.concatenate([h_sub, own[:, L - 1:] / cover[:, L - 1:]], axis=1)
