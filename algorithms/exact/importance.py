@@ -16,8 +16,8 @@ from algorithms.exact.checker import accumulate
 
 
 def selected(p: np.ndarray, q: np.ndarray, tokens: tuple[int, ...]) -> int:
-    """The max-ratio token of the tuple, ties to the smaller id."""
-    return max(tokens, key=lambda x: (p[x] / q[x], -x))
+    """The max-ratio token of the tuple, ties to the larger id."""
+    return max(tokens, key=lambda x: (p[x] / q[x], x))
 
 
 def selection_law_by_enumeration(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:

@@ -9,7 +9,7 @@ Any IS step gives an exact scheme; the choice of IS weights sets the acceptance 
 
 The paper's optimal weights come from an LP; we implement the member of the class that has a
 closed form in O(V log V) (our choice, stated as such): pick the draft whose token has the largest
-ratio p/q (ties to the smaller token id). With tokens ordered by that key and F(y) the q-mass of
+ratio p/q (ties to the larger token id). With tokens ordered by that key and F(y) the q-mass of
 tokens ranked at or below y, F^-(y) the mass strictly below,
 
     s(y) = F(y)^k - F^-(y)^k          (k i.i.d. draws; at k = 2: q(y)^2 + 2 q(y) F^-(y)).
@@ -40,25 +40,23 @@ from jaxtyping import Array, Bool, Float, Int
 from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
 
 
-def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k) -> Float[Array, " V"]:
-    """s(y) = F(y)^k - F^-(y)^k: the law of the max-ratio token among k i.i.d. draws from q."""
+def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k
+                  ) -> tuple[Float[Array, " V"], Int[Array, " V"]]:
+    """(s, rank): s(y) = F(y)^k - F^-(y)^k, the law of the max-ratio token among k i.i.d. draws
+    from q, and each token's rank (larger = preferred). One stable ascending sort of p/q: ties
+    keep id order, so among equal ratios the larger id ranks higher; F is an ascending cumsum,
+    accurate where it is small (low-ratio tokens)."""
     V = p.shape[0]
     ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
-    # Ascending (ratio, -id): tokens ranked below y come before it; ties go to the smaller id.
-    order = jnp.lexsort((-jnp.arange(V), ratio))
-    F = jnp.cumsum(q[order])
-    F_below = F - q[order]
+    order = jnp.argsort(ratio, stable=True)
+    q_sorted = q[order]
+    F = jnp.cumsum(q_sorted)
+    F_below = F - q_sorted
     k = jnp.asarray(k, p.dtype)
-    s_sorted = jnp.where(q[order] > 0, F ** k - F_below ** k, 0.0)
-    return jnp.zeros_like(q).at[order].set(jnp.maximum(s_sorted, 0.0))
-
-
-def rank_key(p: Float[Array, " V"], q: Float[Array, " V"]) -> Float[Array, " V"]:
-    """Position of each token in the ascending (ratio, -id) order: larger key = selected."""
-    V = p.shape[0]
-    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
-    order = jnp.lexsort((-jnp.arange(V), ratio))
-    return jnp.zeros(V, jnp.int32).at[order].set(jnp.arange(V, dtype=jnp.int32))
+    s_sorted = jnp.where(q_sorted > 0, jnp.maximum(F ** k - F_below ** k, 0.0), 0.0)
+    s = jnp.zeros_like(q).at[order].set(s_sorted)
+    rank = jnp.zeros(V, jnp.int32).at[order].set(jnp.arange(V, dtype=jnp.int32))
+    return s, rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,9 +72,15 @@ class ImportanceSamplingVerifier:
              ) -> Int[Array, ""]:
         """(1) select the live draft with the max-ratio token, (2) SD against its law s."""
         k_coin, k_res = jax.random.split(key)
-        s = selection_law(p, q, live.sum())
-        rank = jnp.where(live, rank_key(p, q)[tokens], -1)
-        y = tokens[jnp.argmax(rank)].astype(jnp.int32)
+        k = live.sum()
+
+        def select():
+            s, rank = selection_law(p, q, k)
+            return s, tokens[jnp.argmax(jnp.where(live, rank[tokens], -1))].astype(jnp.int32)
+
+        # One survivor (the common case below the root): s = q, no sort.
+        s, y = lax.cond(k > 1, select,
+                        lambda: (q, tokens[jnp.argmax(live)].astype(jnp.int32)))
         accept = jax.random.uniform(k_coin) < safe_ratio(p[y], s[y])  # strict: u can be 0
         res = jnp.maximum(p - s, 0.0)
         res = jnp.where(res.sum() > 0, res, p)  # no mass: only on a probability-0 branch

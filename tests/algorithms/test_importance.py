@@ -57,9 +57,9 @@ def test_closed_form_selection_law_matches_enumeration(seed, k):
     """JAX's F^k - F^-k (float32) against crediting every k-tuple's max-ratio token."""
     rng = np.random.default_rng(seed)
     p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
-    if seed % 2:  # ties in the ratio: the smaller token id wins
+    if seed % 2:  # ties in the ratio: the larger token id wins
         q = p.copy()
-    got = np.asarray(selection_law(jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32), k))
+    got = np.asarray(selection_law(jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32), k)[0])
     np.testing.assert_allclose(got, selection_law_by_enumeration(p, q, k), atol=1e-6)
 
 
@@ -82,7 +82,7 @@ class SelectsTheFirstDraft(ImportanceSamplingVerifier):
 
     def node(self, key, p, q, tokens, live):
         k_coin, k_res = jax.random.split(key)
-        s = selection_law(p, q, live.sum())
+        s = selection_law(p, q, live.sum())[0]
         y = tokens[jnp.argmax(live)].astype(jnp.int32)
         accept = jax.random.uniform(k_coin) < safe_ratio(p[y], s[y])
         res = jnp.maximum(p - s, 0.0)
