@@ -184,7 +184,7 @@ def traversal_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
     return out
 
 
-def multipath_fixed(P, drafts: Drafts, ctx: Context = (), *, order: str = "ratio") -> dict:
+def multipath_fixed(P, drafts: Drafts, ctx: Context = (), *, order: str = "band") -> dict:
     """Multi-path BV (§6) on lookup drafts: the selection is a function of the context (each
     node's order ranks a draft's token with that draft's own one-hot q), so the selected block is
     deterministic and block verification runs against its one-hot law."""

@@ -18,16 +18,19 @@ import numpy as np
 
 from algorithms.exact.checker import accumulate, enumerate_drafts
 
-ORDERS = ("ratio", "target")
+ORDERS = ("band", "ratio", "target")
 
 
 def node_order(p: np.ndarray, q: np.ndarray, order: str) -> np.ndarray:
     """Rank of every token in the node's total order (0 = smallest).
 
+    "band": p >= q (q = 0 included) above p < q, ties by token id.
     "ratio": ascending p/q (q = 0 counts as +inf), ties by token id.
     "target": ascending p, ties by token id.
     """
-    if order == "ratio":
+    if order == "band":
+        key = (p >= q).astype(int)
+    elif order == "ratio":
         key = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
     elif order == "target":
         key = p
@@ -87,7 +90,7 @@ def selected_path_law_bruteforce(P, Q, ctx, L: int, K: int, order: str) -> dict[
     return out
 
 
-def multipath_block_law(P, Q, ctx, state=(), *, L, K=1, order="ratio"):
+def multipath_block_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
     """Exact law of one iteration: select the path, then block verification against q^Γ."""
     if order not in ORDERS:
         raise ValueError(f"multipath_block: order must be one of {ORDERS}, got {order!r}")
