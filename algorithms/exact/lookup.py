@@ -187,11 +187,20 @@ def traversal_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
 def multipath_fixed(P, drafts: Drafts, ctx: Context = (), *, order: str = "band") -> dict:
     """Multi-path BV (§6) on lookup drafts: the selection is a function of the context (each
     node's order ranks a draft's token with that draft's own one-hot q), so the selected block is
-    deterministic and block verification runs against its one-hot law."""
+    deterministic and block verification runs against its one-hot law. Any deterministic
+    selection is lossless here; the ranks follow the verifier's so the Monte Carlo can compare."""
     V = P.V
 
+    def rank(p, q, x):
+        """A draft's token ranked in the node order built from that draft's own q row. For
+        "band" it is (band, id), which is how the verifier compares tokens of different rows;
+        for the exact orders, the token's position in its own row's order."""
+        if order == "band":
+            return (int(p[x] >= q[x]), x)
+        return (int(node_order(p, q, order)[x]),)
+
     def rank_key(block):
-        return tuple(node_order(P(ctx + block[:i]), one_hot(V, block[i]), order)[block[i]]
+        return tuple(rank(P(ctx + block[:i]), one_hot(V, block[i]), block[i])
                      for i in range(len(block)))
 
     # max keeps the first of equal keys, as the verifier does (ties: lowest draft index).
