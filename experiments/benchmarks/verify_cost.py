@@ -11,7 +11,12 @@ N(0, 1), so acceptance is neither ~0 nor ~1; drafts are sampled from q, and ever
 the root laws (p[:, 0], q[:, 0]) as the verifier contract requires. Shapes, not values, set the
 cost of most verifiers; the few with data-dependent loops see typical acceptance here.
 
-    python -m experiments.benchmarks.verify_cost [--target-ms 25] [--calls 20]
+    python -m experiments.benchmarks.verify_cost [--tree-ms 850] [--K 4 8] [--L 8] [--calls 20]
+
+Budget (issue 9): every verifier within 5 % of the target's tree pass at K = 4, L = 8. Pass the
+tree pass measured on the same machine with ``--tree-ms`` (decode_speed's tree(K=4, L=8) row);
+the default is a stated estimate, ``TREE_MS``, and the table says so. Times on a shared machine
+rise with its load, so the 1-minute load average is printed with the table.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ import numpy as np
 from algorithms.verifiers import get_verifier, list_verifiers
 
 QWEN2_VOCAB = 151_936
+# Stated, not measured here: the expected Qwen2.5-Coder-1.5B tree pass (K=4, L=8, 33 nodes) on the
+# 2-core CPU after issue 9's decoder work (estimate 700-1000 ms). Replace with the measured value.
+TREE_MS = 850.0
+BUDGET = 0.05  # a verifier may cost at most this fraction of the tree pass
 
 
 def random_inputs(key, *, K: int, L: int, V: int):
@@ -73,14 +82,19 @@ def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: in
     return results
 
 
-def render(results, names, Ks, Ls, *, target_ms: float | None, V: int, calls: int) -> None:
+def render(results, names, Ks, Ls, *, tree_ms: float, tree_source: str, V: int,
+           calls: int) -> None:
+    import os
+
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    unit = "ms" if target_ms is None else f"ms (% of a {target_ms:g} ms target pass)"
-    table = Table(title=f"verify cost, V={V}, median of {calls} jitted calls on "
-                        f"{jax.devices()[0].platform}, {unit}", box=box.MARKDOWN)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"verify cost, V={V}, median of {calls} jitted calls on {jax.devices()[0].platform} "
+          f"(load {load:.1f} on {os.cpu_count()} cpus): ms (% of a {tree_ms:g} ms tree pass, "
+          f"{tree_source}; budget {100 * BUDGET:g} %)")
+    table = Table(box=box.MARKDOWN)
     table.add_column("verifier")
     cols = [(K, L) for K in Ks for L in Ls]
     for K, L in cols:
@@ -91,12 +105,12 @@ def render(results, names, Ks, Ls, *, target_ms: float | None, V: int, calls: in
             ms = results.get((name, K, L))
             if ms is None:
                 cells.append("–")
-            elif target_ms is None:
-                cells.append(f"{ms:.2f}")
             else:
-                cells.append(f"{ms:.2f} ({100 * ms / target_ms:.1f}%)")
+                share = ms / tree_ms
+                mark = "" if share <= BUDGET else " over"
+                cells.append(f"{ms:.2f} ({100 * share:.1f}%{mark})")
         table.add_row(name, *cells)
-    Console(width=200).print(table)
+    Console(width=220).print(table)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -109,20 +123,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--target-ms", type=float, default=None,
-                        help="also print each time as a percentage of this target verify pass")
+    parser.add_argument("--tree-ms", "--target-ms", dest="tree_ms", type=float, default=None,
+                        help="the target's tree pass (K=4, L=8) on this machine, in ms; each "
+                             f"time is printed as a % of it (default: the estimate {TREE_MS:g})")
     args = parser.parse_args(argv)
     if args.calls < 1 or args.warmup < 1:
         parser.error("--calls and --warmup must be >= 1")
-    if args.target_ms is not None and args.target_ms <= 0:
-        parser.error("--target-ms must be > 0")
+    if args.tree_ms is not None and args.tree_ms <= 0:
+        parser.error("--tree-ms must be > 0")
     names = args.verifiers or list_verifiers()
     unknown = sorted(set(names) - set(list_verifiers()))
     if unknown:
         parser.error(f"unknown verifiers {unknown}; allowed: {', '.join(list_verifiers())}")
     results = measure(names, args.K, args.L, V=args.vocab, calls=args.calls, warmup=args.warmup,
                       seed=args.seed)
-    render(results, names, args.K, args.L, target_ms=args.target_ms, V=args.vocab,
+    tree_ms = TREE_MS if args.tree_ms is None else args.tree_ms
+    source = "stated estimate, not measured" if args.tree_ms is None else "given"
+    render(results, names, args.K, args.L, tree_ms=tree_ms, tree_source=source, V=args.vocab,
            calls=args.calls)
 
 

@@ -18,11 +18,19 @@ def test_random_inputs_respect_the_verifier_contract():
 
 def test_table_skips_single_draft_verifiers_above_k1(capsys):
     verify_cost.main(["--vocab", "64", "--K", "1", "2", "--L", "2", "--calls", "1",
-                      "--verifiers", "token", "specinfer", "--target-ms", "10"])
+                      "--verifiers", "token", "specinfer", "--tree-ms", "10"])
     out = capsys.readouterr().out
     token_row = next(line for line in out.splitlines() if line.startswith("| token"))
     assert "–" in token_row and "%" in token_row
     assert "| specinfer" in out
+    assert "10 ms tree pass, given" in out
+
+
+def test_default_tree_pass_is_labelled_as_an_estimate(capsys):
+    verify_cost.main(["--vocab", "64", "--K", "1", "--L", "2", "--calls", "1",
+                      "--verifiers", "token"])
+    out = capsys.readouterr().out
+    assert f"{verify_cost.TREE_MS:g} ms tree pass, stated estimate" in out
 
 
 def test_rejects_unknown_verifier():
