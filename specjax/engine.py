@@ -22,7 +22,6 @@ import jax.numpy as jnp
 from flax import nnx, struct
 from jaxtyping import Array, Bool, Int
 
-from algorithms.verifiers.base import sample
 from specjax.sampling import Sampling
 from specjax.tree import commit_path, prefill, score_root, score_tree
 
@@ -73,19 +72,22 @@ class DecodeLoop:
 
     @property
     def target_scratch(self) -> int:
-        return max(self.prompt_pad, 1 + self.K * self.L)
+        # Every step attends over the whole scratch block: size it to the tree, not the prompt
+        # (the prompt is prefilled through its own prompt-sized block, see ``init``).
+        return 1 + self.K * self.L
 
     @property
     def draft_scratch(self) -> int:
-        return max(self.prompt_pad, self.drafter.scratch()) if self.drafter else 0
+        return self.drafter.scratch() if self.drafter else 0
 
     # --- per sequence -----------------------------------------------------------------------------
     def init(self, target, dmodel, prompt: Int[Array, " P"], length: Int[Array, ""],
              key: Array) -> SeqState:
         T = self.history_len
         n = jnp.maximum(length, 1)  # length 0 marks a padding row: kept done from the start
-        cache = prefill(target, target.init_cache(T, self.target_scratch), prompt, n,
-                        self.target_scratch)
+        P = self.prompt_pad
+        cache = prefill(target, target.init_cache(T, P), prompt, n, P)
+        cache = target.with_scratch(cache, self.target_scratch)
         ds, vs = (), ()
         if self.drafter is not None:
             ds = self.drafter.init_state(dmodel, prompt, n, max_len=T, scratch=self.draft_scratch)
@@ -106,7 +108,7 @@ class DecodeLoop:
         ds, vs = st.drafter_state, st.verifier_state
         if self.drafter is None:
             logits, cache = score_root(target, st.cache, pending, self.target_scratch)
-            emitted = sample(k_verify, self.sampling(logits))[None]
+            emitted = self.sampling.draw(k_verify, logits)[None]
             num, tau = jnp.int32(1), jnp.int32(0)
             cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
         else:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
+
+from algorithms.verifiers.base import sample
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +34,16 @@ class Sampling:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+    def draw(self, key: Array, logits: Float[Array, " V"]) -> Int[Array, ""]:
+        """One token from the processed law of ``logits``; greedy skips the law entirely.
+
+        ``argmax`` of the logits is the token the one-hot law would give, and it saves a
+        categorical draw over the whole vocabulary on every autoregressive step.
+        """
+        if self.greedy:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return sample(key, self(logits))
 
     def __call__(self, logits: Float[Array, "*B V"]) -> Float[Array, "*B V"]:
         logits = logits.astype(jnp.float32)

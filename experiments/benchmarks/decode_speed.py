@@ -1,151 +1,214 @@
-"""Decode speed of the JAX decoder on this CPU against its float32 memory-bandwidth floor.
+"""Decoder passes against this machine's roofline, measured in the same run.
 
     python -m experiments.benchmarks.decode_speed [--models smollm2-135m-instruct ...]
+        [--reps 10] [--max-len 512] [--out paper_repro/results/decode_speed_cpu.md]
 
-One decode step must read every weight once, so weight bytes / memory bandwidth is a floor on
-its latency (the roofline argument, Williams et al. 2009; for LLM decoding see Leviathan et al.
-2023, §1: "memory bandwidth" bound). Speculative decoding pays off only if scoring a tree of
-L+1 tokens costs about one decode step, which is why the 9-node tree score is timed too.
+The roofline (Williams et al. 2009) of a pass that runs ``t`` tokens through a model of ``P``
+float32 parameters is ``max(4 P / bandwidth, 2 P t / matmul FLOP/s)``: every weight is read
+once, and every weight does one multiply-add per token. Both machine limits are measured here,
+before the models, with all cores:
 
-Measured, per model: decode ms/token (one token through ``decode``, cache filled with a
-128-token prompt), tree-score ms for K=1, L=8 (9 nodes) and K=4, L=2 (9 nodes), prefill of 128
-tokens; each the median of ``--reps`` timed calls after warm-up. Bandwidth: a large NumPy array
-copy, counting bytes read + bytes written.
+- bandwidth: a copy of a 1 GiB float32 array split over one thread per core (read + write
+  bytes, best of several), the STREAM "copy" kernel;
+- FLOP/s: a large jitted float32 matmul (best of the compile settings the decoder may use).
+
+Passes, each the median of ``--reps`` calls after warm-up with the cache holding a 128-token
+prompt: decode (1 token) at batch 1, 4 and 16 (``jax.vmap``, as the engine batches), tree
+scoring at (K, L) = (1, 8), (4, 2), (3, 8), (4, 8) (random drafts, so all 1 + K·L nodes are
+distinct and the trie cannot shrink the tree), and prefill of 128 tokens. Each row prints
+measured ms, roofline ms and ``roofline / measured`` (1.0 = at the limit). Every pass is run
+under each compile setting in ``SETTINGS`` side by side, and the table marks the faster one.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import resource
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specjax.models.loader import MODEL_NAMES, load_model
+from specjax.models.passes import JittedPasses
 
 PROMPT = 128
+TREES = ((1, 8), (4, 2), (3, 8), (4, 8))
+BATCHES = (4, 16)
+#: XLA:CPU compile settings measured side by side. YNNPACK is XLA:CPU's default library for
+#: fused dots; "eigen" switches it off (PERF_NOTES: it is slower for few-row matmuls).
+SETTINGS = {"default": None, "eigen": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
 
-def copy_bandwidth(gib: float = 1.0, reps: int = 7) -> float:
-    """GB/s of ``np.copyto`` on a ``gib`` GiB float32 array (read + write bytes), best of reps."""
+def copy_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) -> float:
+    """GB/s of a multi-threaded float32 copy (bytes read + written), best of ``reps``."""
+    threads = threads or os.cpu_count() or 1
     src = np.ones(int(gib * (1 << 30)) // 4, np.float32)
     dst = np.empty_like(src)
+    edges = np.linspace(0, src.size, threads + 1).astype(int)
+    parts = list(zip(edges[:-1], edges[1:], strict=True))
+
+    def copy(part):
+        lo, hi = part
+        np.copyto(dst[lo:hi], src[lo:hi])  # NumPy releases the GIL for the copy
+
     best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        np.copyto(dst, src)
-        best = min(best, time.perf_counter() - t)
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(reps):
+            t = time.perf_counter()
+            list(pool.map(copy, parts))
+            best = min(best, time.perf_counter() - t)
     return 2 * src.nbytes / best / 1e9
 
 
-def timed(fn, reps: int, warmup: int = 3) -> float:
-    """Median wall milliseconds of ``fn()`` (which blocks on its result) after warm-up."""
-    for _ in range(warmup):
+def matmul_flops(n: int = 2048, reps: int = 5) -> float:
+    """FLOP/s of a jitted n x n float32 matmul: the best over ``SETTINGS`` (best of reps)."""
+    a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
+    best = float("inf")
+    for options in SETTINGS.values():
+        f = jax.jit(lambda x: x @ x, compiler_options=options)
+        f(a).block_until_ready()
+        for _ in range(reps):
+            t = time.perf_counter()
+            f(a).block_until_ready()
+            best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best
+
+
+def _median_ms(fn, reps: int, warmup: int = 2) -> tuple[float, float]:
+    """(first-call seconds, i.e. compile + one run; median ms of ``reps`` calls after warm-up)."""
+    t = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t
+    for _ in range(warmup - 1):
         fn()
     times = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+    return first, 1e3 * statistics.median(times)
 
 
-def bench_model(name: str, reps: int, max_len: int) -> dict:
-    model = load_model(name)
-    peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB -> ~GB
-    jp = model.passes
-    V = model.vocab_size
-    prompt = jnp.asarray(np.random.default_rng(0).integers(0, V, PROMPT), jnp.int32)
-    box = {}
+def bench_passes(jp: JittedPasses, V: int, reps: int, max_len: int) -> dict:
+    """Measured (compile s, ms) per pass name for one JittedPasses."""
+    rng = np.random.default_rng(0)
+    prompt = jnp.asarray(rng.integers(0, V, PROMPT), jnp.int32)
+    out = {}
 
     def prefill():
         cache = jp.init_cache(max_len, PROMPT)
-        jax.block_until_ready(cache)
-        t = time.perf_counter()
-        logits, box["cache"] = jp.prefill(prompt, PROMPT, cache)
-        jax.block_until_ready(box["cache"])
-        box.setdefault("prefill", []).append(time.perf_counter() - t)
+        jax.block_until_ready(jp.prefill(prompt, PROMPT, cache))
 
-    for _ in range(reps + 2):  # the cache allocation stays outside the timed region
-        prefill()
-    prefill_ms = 1e3 * statistics.median(box["prefill"][2:])
-
-    cache = jp.init_cache(max_len, 16)
-    _, cache = jp.prefill(prompt, PROMPT, cache)
-    state = {"cache": cache}
+    out["prefill 128"] = _median_ms(prefill, max(3, reps // 2))
+    base = jp.model.with_scratch(jp.prefill(prompt, PROMPT, jp.init_cache(max_len, PROMPT))[1], 1)
+    box = {"cache": base}
     token = jnp.int32(7)
 
     def decode():
-        logits, state["cache"] = jp.decode(token, state["cache"])
+        logits, box["cache"] = jp.decode(token, box["cache"])
         logits.block_until_ready()
 
-    decode_ms = timed(decode, reps)
+    out["decode"] = _median_ms(decode, reps)
+    for K, L in TREES:
+        drafts = jnp.asarray(rng.integers(0, V, (K, L)), jnp.int32)
+        box["cache"] = jp.model.with_scratch(box["cache"], 1 + K * L)
 
-    def tree(K, L):
-        drafts = jnp.asarray(np.random.default_rng(K).integers(0, V, (K, L)), jnp.int32)
-
-        def run():
-            p, state["cache"] = jp.score_tree(token, drafts, state["cache"])
+        def tree(drafts=drafts):
+            p, box["cache"] = jp.score_tree(token, drafts, box["cache"])
             p.block_until_ready()
 
-        return timed(run, reps)
+        out[f"tree {K}x{L}"] = _median_ms(tree, reps)
+    box["cache"] = jp.model.with_scratch(box["cache"], 1)
+    for B in BATCHES:
+        caches = jax.tree.map(lambda x: jnp.broadcast_to(x, (B, *x.shape)).copy(), box["cache"])
+        tokens = jnp.full((B,), 7, jnp.int32)
+        box[B] = caches
 
-    tree18, tree42 = tree(1, 8), tree(4, 2)
-    weight_bytes = 4 * model.config.num_params
-    return dict(
-        name=name,
-        params_m=weight_bytes / 4e6,
-        decode_ms=decode_ms,
-        tree_1x8_ms=tree18,
-        tree_4x2_ms=tree42,
-        prefill128_ms=prefill_ms,
-        weight_gb=weight_bytes / 1e9,
-        peak_rss_gb=peak_rss_gb,
-    )
+        def batch(B=B, tokens=tokens):
+            logits, box[B] = jp.decode_batch(tokens, box[B])
+            logits.block_until_ready()
+
+        out[f"decode B={B}"] = _median_ms(batch, max(3, reps // 2))
+        del box[B]
+    return out
+
+
+def tokens_of(pass_name: str) -> int:
+    if pass_name.startswith("tree"):
+        K, L = map(int, pass_name.split()[1].split("x"))
+        return 1 + K * L
+    if pass_name.startswith("prefill"):
+        return int(pass_name.split()[1])
+    if "B=" in pass_name:
+        return int(pass_name.split("B=")[1])
+    return 1
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODEL_NAMES)[::-1], choices=MODEL_NAMES)
-    parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--max-len", type=int, default=1024)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--max-len", type=int, default=512,
+                        help="committed KV slots (the engine sizes its cache to prompt + new)")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--out", default="paper_repro/results/decode_speed_cpu.md")
     args = parser.parse_args()
-    rows = []
-    for name in args.models:
-        rows.append(bench_model(name, args.reps, args.max_len))
-        print(rows[-1], flush=True)
-    # After the models: the 2 GiB of copy buffers must not count in their peak RSS.
+
     bw = copy_bandwidth()
-    print(
-        f"memory bandwidth (numpy copy, read+write): {bw:.1f} GB/s; cores: {os.cpu_count()}; "
-        f"load average: {os.getloadavg()[0]:.1f}; cache max_len={args.max_len}"
-    )
-    cols = (
-        "model",
-        "params",
-        "decode ms",
-        "floor ms",
-        "floor/decode",
-        "tree 1x8 ms",
-        "tree/decode",
-        "tree 4x2 ms",
-        "prefill-128 ms",
-        "peak RSS so far / f32 weights",
-    )
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "---|" * len(cols))
-    for r in rows:
-        floor = 1e3 * r["weight_gb"] / bw
-        print(
-            f"| {r['name']} | {r['params_m']:.0f}M | {r['decode_ms']:.1f} | {floor:.1f} | "
-            f"{floor / r['decode_ms']:.2f} | {r['tree_1x8_ms']:.1f} | "
-            f"{r['tree_1x8_ms'] / r['decode_ms']:.2f} | {r['tree_4x2_ms']:.1f} | "
-            f"{r['prefill128_ms']:.0f} | {r['peak_rss_gb']:.2f} / {r['weight_gb']:.2f} GB |"
-        )
+    flops = matmul_flops()
+    device = jax.devices()[0]
+    head = (f"Machine: {device.platform} ({getattr(device, 'device_kind', '')}), "
+            f"{os.cpu_count()} cores; all-core copy bandwidth {bw:.1f} GB/s (read + write); "
+            f"fp32 matmul {flops / 1e9:.1f} GFLOP/s (2048^3, jitted); KV cache "
+            f"{args.max_len} committed slots, 128-token prompt; median of {args.reps} calls; "
+            f"load average at start {os.getloadavg()[0]:.1f}.")
+    print(head, flush=True)
+    rows, records = [], []
+    for name in args.models:
+        model = load_model(name)
+        P = model.config.num_params
+        measured = {}
+        for s in args.settings:
+            print(f"{name}: compiling and timing the passes with settings={s} ...", flush=True)
+            jp = JittedPasses(model.model, SETTINGS[s])
+            measured[s] = bench_passes(jp, model.vocab_size, args.reps, args.max_len)
+            del jp
+        for pass_name in measured[args.settings[0]]:
+            t = tokens_of(pass_name)
+            roof_ms = 1e3 * max(4 * P / (bw * 1e9), 2 * P * t / flops)
+            bound = "bandwidth" if 4 * P / (bw * 1e9) >= 2 * P * t / flops else "compute"
+            ms = {s: measured[s][pass_name][1] for s in args.settings}
+            best = min(ms, key=ms.get)
+            rec = dict(model=name, params=P, pass_=pass_name, tokens=t, roofline_ms=roof_ms,
+                       bound=bound, best=best, ratio=roof_ms / ms[best],
+                       **{f"ms_{s}": ms[s] for s in ms},
+                       **{f"compile_s_{s}": measured[s][pass_name][0] for s in ms})
+            records.append(rec)
+            cells = " | ".join(f"{'**' if s == best else ''}{ms[s]:.1f}{'**' if s == best else ''}"
+                               for s in args.settings)
+            rows.append(f"| {name} | {pass_name} | {t} | {cells} | {roof_ms:.1f} ({bound}) | "
+                        f"{roof_ms / ms[best]:.2f} |")
+            print(rows[-1], flush=True)
+        del model
+    cols = ["model", "pass", "tokens", *[f"ms ({s})" for s in args.settings],
+            "roofline ms", "roofline / best"]
+    table = "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols), *rows])
+    text = (f"# Decoder passes vs this machine's roofline\n\nGenerated by `python -m "
+            f"experiments.benchmarks.decode_speed`.\n\n{head}\n\n{table}\n")
+    print("\n" + table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(
+        dict(bandwidth_gbs=bw, matmul_gflops=flops / 1e9, max_len=args.max_len,
+             rows=records), indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
 
 
 if __name__ == "__main__":

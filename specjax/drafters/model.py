@@ -51,7 +51,9 @@ class ModelDrafter(BlockShape):
         return self.L
 
     def init_state(self, model, prompt, length, *, max_len: int, scratch: int):
-        return prefill(model, model.init_cache(max_len, scratch), prompt, length, scratch)
+        P = prompt.shape[0]  # prefill through a prompt-sized scratch, then decode with a small one
+        cache = prefill(model, model.init_cache(max_len, P), prompt, length, P)
+        return model.with_scratch(cache, scratch)
 
     def propose(self, model, key: Array, state, history: Int[Array, " T"], n: Int[Array, ""],
                 *, sampling: Sampling, vocab_size: int, scratch: int,
@@ -67,8 +69,10 @@ class ModelDrafter(BlockShape):
         logits, cache = model.forward(chunk, chunk_pos, jnp.arange(2, dtype=jnp.int32),
                                       chunk_mask, cache)
         keys = jax.random.split(key, K * L)
+        # A one-hot (greedy) law needs no categorical draw over the vocabulary.
+        pick = (lambda _, law: jnp.argmax(law).astype(jnp.int32)) if sampling.greedy else sample
         q0 = jnp.broadcast_to(sampling(logits[1]), (K, vocab_size))
-        x0 = jax.vmap(sample)(keys[:K], q0)
+        x0 = jax.vmap(pick)(keys[:K], q0)
         drafts = jnp.zeros((K, L), jnp.int32).at[:, 0].set(x0)
         q = jnp.zeros((K, L, vocab_size), jnp.float32).at[:, 0].set(q0)
         branch = 2 + jnp.arange(K) * L  # first slot of each branch
@@ -81,7 +85,7 @@ class ModelDrafter(BlockShape):
             positions = jnp.full((K,), n + i - 1, jnp.int32)
             logits, cache = model.forward(drafts[:, i - 1], positions, slots, mask, cache)
             qi = sampling(logits)
-            xi = jax.vmap(sample)(jax.lax.dynamic_slice_in_dim(keys, i * K, K), qi)
+            xi = jax.vmap(pick)(jax.lax.dynamic_slice_in_dim(keys, i * K, K), qi)
             return drafts.at[:, i].set(xi), q.at[:, i].set(qi), cache
 
         drafts, q, cache = jax.lax.fori_loop(1, L, step, (drafts, q, cache))

@@ -30,6 +30,13 @@ class CausalLM(Protocol):
     def init_cache(self, max_len: int, scratch: int) -> Cache:
         """Empty cache: ``length == 0``; KV arrays sized ``max_len + scratch``."""
 
+    def with_scratch(self, cache: Cache, scratch: int) -> Cache:
+        """The same committed entries with a fresh, empty scratch block of ``scratch`` slots.
+
+        Every step attends over the whole scratch block, so a prompt-sized block (needed for a
+        one-forward prefill) is swapped for a tree-sized one before decoding.
+        """
+
     def forward(
         self,
         tokens: Int[Array, " N"],

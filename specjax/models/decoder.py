@@ -3,14 +3,25 @@
 The transformer is the standard pre-norm decoder (Touvron et al. 2023, "LLaMA"; Qwen2 adds a bias
 on the q/k/v projections): RMSNorm (Zhang & Sennrich 2019), rotary position embedding in the
 half-split ("NEOX") layout (Su et al. 2021, eq. 34 with the pairs (i, i + hd/2)), grouped-query
-attention (Ainslie et al. 2023), SwiGLU MLP (Shazeer 2020, eq. 6). Weights are stacked over layers
-and the layer loop is a ``lax.scan``: compile time stays flat in depth and the loop is not
-unrolled.
+attention (Ainslie et al. 2023), SwiGLU MLP (Shazeer 2020, eq. 6).
 
-The cache follows ``specjax.models.base``: ``max_len`` committed slots, then ``scratch`` slots.
+Speed on XLA:CPU decides the layout (``../shared/PERF_NOTES.md``, re-measured in
+``experiments/benchmarks/decode_speed.py``):
+
+- **One array per layer and per weight, and a Python-unrolled layer loop.** A ``lax.scan`` over
+  stacked weights makes XLA copy every layer's weight slice before its ``dot`` (about 3x the
+  weight traffic of a decode step); separate arrays are consumed in place. Compile time grows
+  with depth instead, which ``JittedPasses`` and the engine pay once per shape.
+- **A KV cache split per layer into a committed block ``[KV, max_len, hd]`` and a scratch block
+  ``[KV, scratch, hd]``**, head-major so each attention product is a plain batched matmul. The
+  forward writes only scratch; ``commit`` scatters accepted rows into the committed block in
+  place. Each layer's scratch output carries a zero-valued data dependency on that layer's
+  attention output, so XLA orders the commit's in-place write after the attention's read instead
+  of copying the committed block.
+
 ``forward`` writes the KV of its N new nodes into scratch and attends to (committed prefix) ∪
 (scratch slots allowed by ``mask``); the committed part and the scratch part are scored
-separately and joined in one softmax, so only the small scratch block is rewritten per layer.
+separately and joined in one softmax.
 """
 
 from __future__ import annotations
@@ -22,22 +33,41 @@ from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
 from specjax.models.config import IMPLEMENTED_ARCHS, ModelConfig
-from specjax.models.layers import attend, mlp, project_qkv, rms_norm, weight_shapes
+from specjax.models.layers import LAYER_WEIGHTS, attend, mlp, project_qkv, rms_norm, weight_shapes
 
 
 @struct.dataclass
 class KVCache:
-    k: Float[Array, "Lyr S KV hd"]  # S = max_len + scratch
-    v: Float[Array, "Lyr S KV hd"]
+    k: tuple  # per layer: committed keys [KV, max_len, hd]
+    v: tuple
+    k_scratch: tuple  # per layer: [KV, scratch, hd]
+    v_scratch: tuple
     length: Int[Array, ""]
     max_len: int = struct.field(pytree_node=False)
     scratch: int = struct.field(pytree_node=False)
 
 
+class DecoderLayer(nnx.Module):
+    """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None)."""
+
+    def __init__(self, weights: dict):
+        for name in LAYER_WEIGHTS:
+            value = weights.get(name)
+            if value is not None and not isinstance(value, nnx.Param):
+                value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
+            setattr(self, name, value)
+
+    def weights(self) -> dict:
+        return {n: getattr(self, n)[...] for n in LAYER_WEIGHTS if getattr(self, n) is not None}
+
+
 class Decoder(nnx.Module):
     """One sequence, no batch axis (the engine vmaps). Implements ``base.CausalLM``."""
 
-    def __init__(self, config: ModelConfig, weights: dict, *, active_layers: int | None = None):
+    def __init__(self, config: ModelConfig, weights: dict | Decoder, *,
+                 active_layers: int | None = None):
+        """``weights``: the canonical stacked dict (``layers.weight_shapes``; entries are popped
+        as they are converted), or a ``Decoder`` whose weights this one shares (early exit)."""
         if config.arch not in IMPLEMENTED_ARCHS:
             raise ValueError(
                 f"config.arch {config.arch!r} is not implemented by the decoder; "
@@ -52,26 +82,35 @@ class Decoder(nnx.Module):
                 f"early-exit layer count must be in [1, {config.num_layers}], "
                 f"got {self.active_layers}"
             )
+        if isinstance(weights, Decoder):  # share, never copy
+            self.embed, self.final_norm = weights.embed, weights.final_norm
+            self.lm_head, self.layers = weights.lm_head, weights.layers
+            return
         expected = weight_shapes(config)
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
             raise ValueError(f"weights: missing keys {missing}, unexpected keys {extra}")
-        for name in expected:
-            # Pop as we go: a NumPy dict and its device copy are never both fully alive.
-            value = weights.pop(name)
-            if tuple(value.shape) != expected[name]:
+        for name, shape in expected.items():
+            if tuple(weights[name].shape) != shape:
                 raise ValueError(
-                    f"weights[{name!r}] must have shape {expected[name]}, got {tuple(value.shape)}"
+                    f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}"
                 )
-            if not isinstance(value, nnx.Param):
-                value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
-            setattr(self, name, value)
+        per_layer = [{} for _ in range(config.num_layers)]
+        for name in expected:
+            # Pop as we go: a NumPy tensor and its device copy are never both fully alive.
+            value = weights.pop(name)
+            if name in LAYER_WEIGHTS:
+                for i, layer in enumerate(per_layer):
+                    layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
+            elif not isinstance(value, nnx.Param):
+                setattr(self, name, nnx.Param(jnp.asarray(value, dtype=jnp.float32)))
+            else:
+                setattr(self, name, value)
             del value
+        self.layers = nnx.List([DecoderLayer(w) for w in per_layer])
         if config.tie_embeddings:
             self.lm_head = None
-        if not config.qkv_bias:
-            self.bq = self.bk = self.bv = None
 
     @classmethod
     def from_weights(cls, config: ModelConfig, weights: dict) -> Decoder:
@@ -96,20 +135,7 @@ class Decoder(nnx.Module):
 
     def early_exit(self, n: int) -> Decoder:
         """The first ``n`` layers + final norm + head, sharing these weights (self-speculation)."""
-        shared = {name: getattr(self, name) for name in weight_shapes(self.config)}
-        return Decoder(self.config, shared, active_layers=n)
-
-    # ---- parameters -------------------------------------------------------------------------
-
-    def _layer_params(self) -> dict:
-        n = self.active_layers
-        names = ["wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_up", "w_down"]
-        if self.config.qkv_bias:
-            names += ["bq", "bk", "bv"]
-        params = {name: getattr(self, name)[...] for name in names}
-        if n < self.config.num_layers:
-            params = {name: w[:n] for name, w in params.items()}
-        return params
+        return Decoder(self.config, self, active_layers=n)
 
     def _head(self, x: Float[Array, "N D"]) -> Float[Array, "N V"]:
         x = rms_norm(x, self.final_norm[...], self.config.rms_eps)
@@ -119,19 +145,26 @@ class Decoder(nnx.Module):
 
     # ---- the cached contract -----------------------------------------------------------------
 
+    def _zeros(self, slots: int) -> tuple:
+        c = self.config
+        # Distinct buffers per layer and for k and v: each is donated and updated in place.
+        return tuple(jnp.zeros((c.num_kv_heads, slots, c.head_dim), jnp.float32)
+                     for _ in range(self.active_layers))
+
     def init_cache(self, max_len: int | None = None, scratch: int = 16) -> KVCache:
         max_len = self.max_len if max_len is None else max_len
         if max_len < 0 or scratch < 1:
             raise ValueError(
                 f"init_cache: need max_len >= 0 and scratch >= 1, got {max_len}, {scratch}"
             )
-        c = self.config
-        shape = (self.active_layers, max_len + scratch, c.num_kv_heads, c.head_dim)
-        # Two distinct buffers: k and v are donated (updated in place) independently.
-        k, v = jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32)
-        return KVCache(
-            k=k, v=v, length=jnp.zeros((), jnp.int32), max_len=max_len, scratch=scratch
-        )
+        return KVCache(k=self._zeros(max_len), v=self._zeros(max_len),
+                       k_scratch=self._zeros(scratch), v_scratch=self._zeros(scratch),
+                       length=jnp.zeros((), jnp.int32), max_len=max_len, scratch=scratch)
+
+    def with_scratch(self, cache: KVCache, scratch: int) -> KVCache:
+        """The same committed entries with an empty scratch block of ``scratch`` slots."""
+        return cache.replace(k_scratch=self._zeros(scratch), v_scratch=self._zeros(scratch),
+                             scratch=scratch)
 
     def forward(
         self,
@@ -149,25 +182,23 @@ class Decoder(nnx.Module):
                 f"mask of shape {(N, S)}; got {positions.shape}, {slots.shape}, {mask.shape}"
             )
         c = self.config
-        committed = jnp.broadcast_to(jnp.arange(M) < cache.length, (N, M))
-
-        def layer(x, xs):
-            w, k_layer, v_layer = xs
-            q, k_new, v_new = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
-            k_scr = k_layer[M:].at[slots].set(k_new)
-            v_scr = v_layer[M:].at[slots].set(v_new)
-            keys = (k_layer[:M], k_scr)
-            values = (v_layer[:M], v_scr)
-            x = x + attend(q, keys, values, (committed, mask)) @ w["wo"]
-            x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
-            return x, (k_scr, v_scr)
-
+        committed = jnp.arange(M) < cache.length
         x = self.embed[...][tokens]
-        x, (k_scr, v_scr) = jax.lax.scan(layer, x, (self._layer_params(), cache.k, cache.v))
-        cache = cache.replace(
-            k=jax.lax.dynamic_update_slice_in_dim(cache.k, k_scr, M, axis=1),
-            v=jax.lax.dynamic_update_slice_in_dim(cache.v, v_scr, M, axis=1),
-        )
+        k_scratch, v_scratch = [], []
+        for i in range(self.active_layers):
+            w = self.layers[i].weights()
+            q, k_new, v_new = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
+            ks = cache.k_scratch[i].at[:, slots].set(k_new.transpose(1, 0, 2))
+            vs = cache.v_scratch[i].at[:, slots].set(v_new.transpose(1, 0, 2))
+            attn = attend(q, (cache.k[i], ks), (cache.v[i], vs), (committed, mask))
+            # Zero-valued dependency: whatever consumes this scratch (commit's in-place write
+            # into cache.k[i]) is ordered after the attention read of cache.k[i].
+            dep = 0.0 * attn[0, 0]
+            k_scratch.append(ks + dep)
+            v_scratch.append(vs + dep)
+            x = x + attn @ w["wo"]
+            x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
+        cache = cache.replace(k_scratch=tuple(k_scratch), v_scratch=tuple(v_scratch))
         return self._head(x), cache
 
     def commit(self, cache: KVCache, slots: Int[Array, " M"], n: Int[Array, ""]) -> KVCache:
@@ -178,10 +209,12 @@ class Decoder(nnx.Module):
         """
         M = cache.max_len
         i = jnp.arange(slots.shape[0])
-        dest = jnp.where(i < n, cache.length + i, M + cache.scratch)
-        dest = jnp.where(dest < M, dest, M + cache.scratch)  # never overwrite the scratch block
-        k = cache.k.at[:, dest].set(cache.k[:, M + slots], mode="drop")
-        v = cache.v.at[:, dest].set(cache.v[:, M + slots], mode="drop")
+        dest = jnp.where(i < n, cache.length + i, M)
+        dest = jnp.where(dest < M, dest, M)  # out of bounds: dropped
+        k = tuple(c.at[:, dest].set(s[:, slots], mode="drop")
+                  for c, s in zip(cache.k, cache.k_scratch, strict=True))
+        v = tuple(c.at[:, dest].set(s[:, slots], mode="drop")
+                  for c, s in zip(cache.v, cache.v_scratch, strict=True))
         return cache.replace(k=k, v=v, length=cache.length + jnp.asarray(n, jnp.int32))
 
     # ---- uncached reference path -------------------------------------------------------------
@@ -192,11 +225,10 @@ class Decoder(nnx.Module):
         c = self.config
         positions = jnp.arange(T)
         causal = jnp.tril(jnp.ones((T, T), bool))
-
-        def layer(x, w):
+        x = self.embed[...][tokens]
+        for i in range(self.active_layers):
+            w = self.layers[i].weights()
             q, k, v = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
-            x = x + attend(q, (k,), (v,), (causal,)) @ w["wo"]
-            return x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w), None
-
-        x, _ = jax.lax.scan(layer, self.embed[...][tokens], self._layer_params())
+            x = x + attend(q, (k.transpose(1, 0, 2),), (v.transpose(1, 0, 2),), (causal,)) @ w["wo"]
+            x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
         return self._head(x)

@@ -16,6 +16,10 @@ from specjax.models.config import ModelConfig
 
 NEG_INF = float(np.finfo(np.float32).min)
 
+#: The per-layer weights (one array each per layer in the decoder); biases exist for qkv_bias only.
+LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_up", "w_down",
+                 "bq", "bk", "bv")
+
 
 def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The canonical weight dict (models_shared.md): stacked over layers, y = x @ W."""
@@ -72,28 +76,33 @@ def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c:
 
 def attend(
     q: Float[Array, "N H hd"],
-    keys: tuple[Float[Array, "S KV hd"], ...],
-    values: tuple[Float[Array, "S KV hd"], ...],
-    allowed: tuple[Bool[Array, "N S"], ...],
+    keys: tuple[Float[Array, "KV S hd"], ...],
+    values: tuple[Float[Array, "KV S hd"], ...],
+    allowed: tuple[Bool[Array, "N S"] | Bool[Array, " S"], ...],
 ) -> Float[Array, "N H*hd"]:
     """Grouped-query softmax attention over several key blocks joined in ONE softmax.
 
     The blocks (committed cache, scratch) are scored separately and concatenated along the key
-    axis only as scores, so neither KV block is copied to build a joint key array.
+    axis only as scores, so neither KV block is copied to build a joint key array. Keys are
+    head-major (``[KV, S, hd]``): with the G query heads of a group and the N nodes merged into
+    one row axis, both products are plain batched matmuls over the KV heads. A 1-D ``allowed``
+    is the same for every node (the committed prefix).
     """
     N, H, hd = q.shape
-    KV = keys[0].shape[1]
-    qg = q.reshape(N, KV, H // KV, hd) * (hd**-0.5)
-    scores = [
-        jnp.where(a[None, None], jnp.einsum("nkgd,skd->kgns", qg, k), NEG_INF)
-        for k, a in zip(keys, allowed, strict=True)
-    ]
+    KV = keys[0].shape[0]
+    G = H // KV
+    qg = (q * (hd**-0.5)).reshape(N, KV, G, hd).transpose(1, 2, 0, 3).reshape(KV, G * N, hd)
+    scores = []
+    for k, a in zip(keys, allowed, strict=True):
+        s = jnp.einsum("krd,ksd->krs", qg, k)
+        a = a[None, None, :] if a.ndim == 1 else jnp.tile(a, (G, 1))[None]
+        scores.append(jnp.where(a, s, NEG_INF))
     probs = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
     out, start = 0.0, 0
     for v in values:
-        out = out + jnp.einsum("kgns,skd->nkgd", probs[..., start : start + v.shape[0]], v)
-        start += v.shape[0]
-    return out.reshape(N, H * hd)
+        out = out + jnp.einsum("krs,ksd->krd", probs[..., start : start + v.shape[1]], v)
+        start += v.shape[1]
+    return out.reshape(KV, G, N, hd).transpose(2, 0, 1, 3).reshape(N, H * hd)
 
 
 def mlp(h: Float[Array, "N D"], w: dict) -> Float[Array, "N D"]:

@@ -95,6 +95,10 @@ class ToyLM(nnx.Module):
             length=jnp.int32(0),
         )
 
+    def with_scratch(self, cache: ToyCache, scratch: int) -> ToyCache:
+        return cache.replace(scratch_tokens=jnp.zeros((scratch,), jnp.int32),
+                             scratch_positions=jnp.full((scratch,), -1, jnp.int32))
+
     def forward(self, tokens: Int[Array, " N"], positions: Int[Array, " N"],
                 slots: Int[Array, " N"], mask: Bool[Array, "N S"],
                 cache: ToyCache) -> tuple[Float[Array, "N V"], ToyCache]:

@@ -181,13 +181,14 @@ def test_early_exit_equals_a_model_built_with_fewer_layers():
     small = JittedPasses(Decoder.from_weights(config.replace(num_layers=2), sliced))
     big = Decoder.from_weights(config, weights)
     exit2 = JittedPasses(big.early_exit(2))
-    assert exit2.model.wq is big.wq  # shares the weights, no copy
+    assert exit2.model.layers[0].wq is big.layers[0].wq  # shares the weights, no copy
     seq = tokens(config.vocab_size, 10, seed=12)
     assert maxerr(full_logits(exit2, seq), full_logits(small, seq)) <= TOL
     # the check can fail: the full-depth model differs
     assert maxerr(full_logits(exit2, seq), JittedPasses(big).logits(seq)) > 100 * TOL
     c1, c2 = exit2.init_cache(MAX_LEN, SCRATCH), small.init_cache(MAX_LEN, SCRATCH)
-    assert c1.k.shape == c2.k.shape == (2, MAX_LEN + SCRATCH, config.num_kv_heads, config.head_dim)
+    assert len(c1.k) == len(c2.k) == 2  # one committed KV block per active layer
+    assert c1.k[0].shape == c2.k[0].shape == (config.num_kv_heads, MAX_LEN, config.head_dim)
     _, c1 = exit2.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c1)
     _, c2 = small.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c2)
     assert maxerr(exit2.decode(seq[6], c1)[0], small.decode(seq[6], c2)[0]) <= TOL
