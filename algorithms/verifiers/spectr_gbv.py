@@ -87,8 +87,12 @@ def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Arr
 
     own = accepted_mass(a, b)
     cover = b * one_minus_pow_over_x(lq, K)  # C(z)/s = (q(z)/s) [1 - (1 - q(z))^K] / q(z)
-    # sum_x A(X_<=t, x)/s for t = 1..L-1 (the children of each tested sub-block).
-    children = accepted_mass(a[:, :L - 1, None] * p[:, 1:L], b[:, :L - 1, None] * q[:, 1:]).sum(-1)
+    # sum_x A(X_<=t, x)/s for t = 1..L-1 (the children of each tested sub-block). This is the
+    # K x (L-1) x V part of the cost, so the power is K multiplications (integer_pow), not
+    # expm1/log1p: each term's absolute error stays ~eps p(z,x), the rounding the sum has anyway.
+    pc, qc = a[:, :L - 1, None] * p[:, 1:L], b[:, :L - 1, None] * q[:, 1:]
+    r_child = jnp.where(qc >= pc, 1.0, qc / jnp.where(pc > 0, pc, 1.0))
+    children = (pc * (1.0 - (1.0 - r_child) ** K)).sum(-1)
     num = own[:, :L - 1] - children
     den = cover[:, :L - 1] - children
     h_sub = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 1.0)
