@@ -62,6 +62,10 @@ def optimal_expected_tau(P: ToyModel, Q: ToyModel, *, L: int, K: int) -> float:
         n_sets += 1
     A = coo_matrix((vals, (rows, cols)), shape=(len(targets) + n_sets, n_var)).tocsr()
     b = np.concatenate([[joint(P, (), x) for x in targets], np.ones(n_sets)])
+    # The target rows sum to the set rows' weighted sum (both are 1): drop one target row, or
+    # rounding makes the system inconsistent and presolve reports it infeasible.
+    keep = np.arange(A.shape[0]) != len(targets) - 1
+    A, b = A[keep], b[keep]
     res = linprog(np.asarray(cost), A_eq=A, b_eq=b, bounds=(0, None), method="highs")
     if res.status != 0:
         raise RuntimeError(f"optimal_expected_tau: LP failed: {res.message}")
