@@ -72,22 +72,95 @@ def engine_fit(verifier, drafter, temperature, top_k=0, seed=0):
     return chi_square(counts, exact_first_tokens(target, PROMPT, N_NEW, temperature, top_k))
 
 
-SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k): a representative subset
-    ("token", ModelDrafter(K=1, L=3), 1.0, 0),
-    ("greedy_block", ModelDrafter(K=1, L=2), 0.7, 2),
-    ("traversal", ModelDrafter(K=3, L=2), 1.0, 0),
-    ("specinfer", EarlyExitDrafter(K=3, L=3, num_layers=1), 0.7, 0),
+SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k, top_p): every lossless verifier
+    ("token", ModelDrafter(K=1, L=3), 1.0, 0, 1.0),
+    ("block", ModelDrafter(K=1, L=2), 1.0, 0, 0.8),  # the top-p path
+    ("greedy_block", ModelDrafter(K=1, L=2), 0.7, 2, 1.0),  # the top-k path
+    ("traversal", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
+    ("specinfer", EarlyExitDrafter(K=3, L=3, num_layers=1), 0.7, 0, 1.0),
+    ("spectr", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
+    ("multipath_block", EarlyExitDrafter(K=3, L=2, num_layers=1), 1.0, 0, 1.0),
+    ("importance", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
+    ("greedy_draft", ModelDrafter(K=3, L=2), 0.7, 0, 1.0),
 ]
+# Prompt lookup at T > 0 for every multi-draft verifier that takes lookup drafts: a repetitive
+# prompt so that K = 3 finds distinct continuations (and duplicates once it runs out).
+LOOKUP_PROMPT = [1, 2, 3, 1, 2, 0, 1, 2]
+SAMPLED_LOOKUP = [n for n in MULTI if n in ("specinfer", "spectr", "traversal", "multipath_block")]
 
 
-@pytest.mark.parametrize("name, drafter, temperature, top_k", SAMPLED_DEFAULT)
-def test_sampled_law_matches_target(name, drafter, temperature, top_k):
-    fit = engine_fit(name, drafter, temperature, top_k)
+def engine_fit_top_p(verifier, drafter, temperature, top_p, prompt=PROMPT, seed=0):
+    """engine_fit with nucleus sampling; the exact law applies top-p in float64 NumPy."""
+    target, draft = load_toy("toy-target"), load_toy("toy-draft")
+    res = generate(target, [prompt] * SEEDS, draft=draft, drafter=drafter, verifier=verifier,
+                   sampling=Sampling(temperature=temperature, top_p=top_p),
+                   max_new_tokens=N_NEW, seed=seed, progress=False, compiler_options=FAST)
+    counts = Counter(tuple(t) for t in res.tokens)
+    return chi_square(counts, target.sequence_law(prompt, N_NEW,
+                                                  lambda p: np_top_p(p, temperature, top_p)))
+
+
+def np_top_p(p: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """Keep the most likely tokens until their mass reaches top_p (the token that crosses it is
+    kept), after temperature; ties in probability kept in id order."""
+    w = np_law(p, temperature, 0)
+    order = sorted(range(len(w)), key=lambda i: (-w[i], i))
+    keep, mass = np.zeros(len(w), bool), 0.0
+    for i in order:
+        if mass >= top_p:
+            break
+        keep[i] = True
+        mass += w[i]
+    w = np.where(keep, w, 0.0)
+    return w / w.sum()
+
+
+def test_every_lossless_verifier_is_sampled_by_default():
+    assert set(lossless_verifiers()) <= {case[0] for case in SAMPLED_DEFAULT}
+
+
+@pytest.mark.parametrize("name, drafter, temperature, top_k, top_p", SAMPLED_DEFAULT)
+def test_sampled_law_matches_target(name, drafter, temperature, top_k, top_p):
+    if top_p < 1.0:
+        fit = engine_fit_top_p(name, drafter, temperature, top_p)
+    else:
+        fit = engine_fit(name, drafter, temperature, top_k)
     assert fit.passes(FPR), fit
 
 
 def test_drafter_lying_about_q_fails():
     fit = engine_fit("token", LyingDrafter(K=1, L=2), 1.0)
+    assert not fit.passes(FPR), fit
+
+
+def test_top_p_law_is_checked_against_nucleus_not_the_full_law():
+    """The top-p test can fail: the same run compared with the untruncated law does."""
+    target, draft = load_toy("toy-target"), load_toy("toy-draft")
+    res = generate(target, [PROMPT] * SEEDS, draft=draft, drafter=ModelDrafter(K=1, L=2),
+                   verifier="block", sampling=Sampling(temperature=1.0, top_p=0.8),
+                   max_new_tokens=N_NEW, progress=False, compiler_options=FAST)
+    counts = Counter(tuple(t) for t in res.tokens)
+    assert not chi_square(counts, exact_first_tokens(target, PROMPT, N_NEW, 1.0, 0)).passes(FPR)
+
+
+@pytest.mark.parametrize("name", SAMPLED_LOOKUP)
+def test_sampled_lookup_drafts_match_target(name):
+    fit = engine_fit_top_p(name, NgramDrafter(K=3, L=2, max_ngram=2), 1.0, 1.0,
+                           prompt=LOOKUP_PROMPT)
+    assert fit.passes(FPR), fit
+
+
+def test_sampled_lookup_drafts_catch_kseq_on_lookup():
+    """SpecTr's pre-fix rule (K-SEQ with the lead draft's q on distinct lookup drafts) must fail
+    the same end-to-end test (issue 10 measured chi-square p ~ 3e-102 for it)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "algorithms"))
+    from mutants import KSEQEverywhere
+
+    fit = engine_fit_top_p(KSEQEverywhere(), NgramDrafter(K=3, L=2, max_ngram=2), 1.0, 1.0,
+                           prompt=LOOKUP_PROMPT)
     assert not fit.passes(FPR), fit
 
 
@@ -137,7 +210,11 @@ def greedy_case(name: str, kind: str, target, draft, prompts, reference, n_new):
                    sampling=GREEDY, max_new_tokens=n_new, progress=False,
                    compiler_options=FAST)
     assert res.tokens == reference
-    assert res.summary["block_efficiency"] >= 1.0
+    # Block efficiency = emitted tokens / target calls, so it must agree with the per-prompt
+    # counters (not just be >= 1, which every run satisfies).
+    calls = sum(m["target_calls"] for m in res.per_prompt)
+    assert res.summary["block_efficiency"] == pytest.approx(
+        sum(len(t) for t in res.tokens) / calls)
 
 
 KINDS = ("model", "ngram", "early_exit")
