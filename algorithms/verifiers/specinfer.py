@@ -18,7 +18,10 @@ final residual" equals the current r whenever x_k is drawn from q_k given the ea
 candidates, so the node emits exactly p(.|z); the accepted child's survivors then draw their
 continuations by the same scheme, so the child emits p(.|z, x) in turn.
 
-``replacement=False`` (RRSw, §2.3) changes only what the drafter hands in. Sampling scheme:
+RRSw (§2.3) changes only what the drafter hands in, so it is not an option of this class: the
+same kernel verifies without-replacement drafts when ``q[k, t]`` is each draft's sequential law
+(no drafter in ``specjax.drafters`` produces them yet; the exact law's ``replacement=False`` and
+the RRSw Monte Carlo test cover the scheme). Sampling scheme:
 drafts are drawn depth by depth; at depth t the drafts sharing the same t-token prefix form a
 group and, in draft-index order, each draws its next token from q(.|prefix) restricted to the
 tokens not yet drawn by earlier drafts of its group, renormalised:
@@ -53,16 +56,9 @@ from algorithms.verifiers.base import (
 
 @dataclass(frozen=True, kw_only=True)
 class SpecInferVerifier:
-    replacement: bool = True  # False: RRSw, q[k, t] is the without-replacement sequential law
     lossless: ClassVar[bool] = True
     max_drafts: ClassVar[int | None] = None
     draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
-
-    def __post_init__(self):
-        if not isinstance(self.replacement, bool):
-            raise ValueError(
-                f"SpecInferVerifier: replacement must be True or False, got {self.replacement!r}"
-            )
 
     def init_state(self, L: int, V: int):
         return ()

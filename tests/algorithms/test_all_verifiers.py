@@ -160,12 +160,18 @@ def test_state_keeps_a_fixed_shape(name):
     shape = lambda t: jax.tree.map(lambda a: (a.shape, a.dtype), t)
     assert jax.tree.structure(out) == jax.tree.structure(state)
     assert shape(out) == shape(state)
-    if jax.tree.leaves(state):  # stateful: actually run it in a loop
-        def body(_, carry):
-            key, s = carry
-            key, sub = jax.random.split(key)
-            return key, v(sub, args[1], q, args[3].at[0, 0].set(jnp.eye(V)[1]), s)[1]
-        jax.jit(lambda s: jax.lax.fori_loop(0, 4, body, (args[0], s)))(state)
+    # Run it, stateless or not, in the loop the engine uses: the state must come back with the
+    # same shapes after real iterations, and every verdict must be a valid one (the target is
+    # one-hot on token 1 at the root, so the first emitted token is 1 whatever was accepted).
+    def body(_, carry):
+        key, s, ok = carry
+        key, sub = jax.random.split(key)
+        verdict, s = v(sub, args[1], q, args[3].at[0, 0].set(jnp.eye(V)[1]), s)
+        return key, s, ok & (verdict.tokens[0] == 1) & (verdict.num_emitted >= 1)
+
+    _, final, ok = jax.jit(lambda s: jax.lax.fori_loop(0, 4, body, (args[0], s, True)))(state)
+    assert shape(final) == shape(state)
+    assert bool(ok)
 
 
 # --- bad input -----------------------------------------------------------------------------------
