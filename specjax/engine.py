@@ -23,7 +23,7 @@ from flax import nnx, struct
 from jaxtyping import Array, Bool, Int
 
 from specjax.sampling import Sampling
-from specjax.tree import commit_path, prefill, score_root, score_tree
+from specjax.tree import commit_path, prefill, score_root, score_tree, trie
 
 
 @struct.dataclass
@@ -101,26 +101,51 @@ class DecodeLoop:
             new_tokens=zero, accepted=zero,
             accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False))
 
-    def step(self, target, dmodel, st: SeqState) -> SeqState:
+    @property
+    def tree_sizes(self) -> tuple[int, ...]:
+        """Static row counts the tree forward is compiled for, smallest first.
+
+        Drafts that share prefixes have fewer distinct nodes (``tree.trie``); each step runs the
+        smallest size that holds every sequence's distinct nodes. Sizes hold 1, ~K/2 and K full
+        drafts, so compile time grows by at most 3 tree forwards.
+        """
+        K, L = self.K, self.L
+        return tuple(sorted({1 + m * L for m in (1, -(-K // 2), K)}))
+
+    def _keys(self, st: SeqState):
         key = jax.random.fold_in(jax.random.wrap_key_data(st.key), st.steps)
-        k_draft, k_verify = jax.random.split(key)
-        pending = st.history[st.n - 1]
-        ds, vs = st.drafter_state, st.verifier_state
-        if self.drafter is None:
-            logits, cache = score_root(target, st.cache, pending, self.target_scratch)
-            emitted = self.sampling.draw(k_verify, logits)[None]
-            num, tau = jnp.int32(1), jnp.int32(0)
-            cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
-        else:
-            drafts, q, ds = self.drafter.propose(
-                dmodel, k_draft, ds, st.history, st.n, sampling=self.sampling,
-                vocab_size=self.vocab_size, scratch=self.draft_scratch)
-            logits, cache = score_tree(target, st.cache, pending, drafts, self.target_scratch)
-            verdict, vs = self.verifier(k_verify, drafts, q, self.sampling(logits), vs)
-            emitted, num = verdict.tokens, verdict.num_emitted
-            tau = num - 1
-            cache = commit_path(target, cache, verdict.draft_index, tau, self.L)
-            ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
+        return jax.random.split(key)
+
+    def step_ar(self, target, st: SeqState) -> SeqState:
+        """One autoregressive step: the pending token's logits, one token drawn, its KV kept."""
+        _, k_verify = self._keys(st)
+        logits, cache = score_root(target, st.cache, st.history[st.n - 1], self.target_scratch)
+        emitted = self.sampling.draw(k_verify, logits)[None]
+        cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
+        return self._advance(st, emitted, jnp.int32(1), jnp.int32(0), cache,
+                             st.drafter_state, st.verifier_state)
+
+    def propose(self, dmodel, st: SeqState):
+        k_draft, _ = self._keys(st)
+        return self.drafter.propose(
+            dmodel, k_draft, st.drafter_state, st.history, st.n, sampling=self.sampling,
+            vocab_size=self.vocab_size, scratch=self.draft_scratch)
+
+    def score(self, target, st: SeqState, drafts, nodes: int):
+        return score_tree(target, st.cache, st.history[st.n - 1], drafts, self.target_scratch,
+                          nodes)
+
+    def finish(self, target, dmodel, st: SeqState, drafts, q, ds, logits, cache, slot):
+        """Verify the scored drafts, commit the accepted path, advance the bookkeeping."""
+        _, k_verify = self._keys(st)
+        verdict, vs = self.verifier(k_verify, drafts, q, self.sampling(logits),
+                                    st.verifier_state)
+        tau = verdict.num_emitted - 1
+        cache = commit_path(target, cache, slot, verdict.draft_index, tau)
+        ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
+        return self._advance(st, verdict.tokens, verdict.num_emitted, tau, cache, ds, vs)
+
+    def _advance(self, st: SeqState, emitted, num, tau, cache, ds, vs) -> SeqState:
         # Truncate at max_new_tokens and after the first EOS (EOS itself is kept).
         idx = jnp.arange(emitted.shape[0])
         count = jnp.minimum(num, self.max_new_tokens - st.new_tokens)
@@ -138,7 +163,11 @@ class DecodeLoop:
             new_tokens=new_tokens, accepted=st.accepted + tau,
             accepted_per_position=st.accepted_per_position + (jnp.arange(self.L) < tau),
             done=hit_eos | (new_tokens >= self.max_new_tokens), hit_eos=hit_eos)
-        return jax.tree.map(lambda old, nw: jnp.where(st.done, old, nw), st, new)
+        # A finished sequence keeps its state. Its target cache is the exception: nothing reads it
+        # again, and selecting it back would rewrite the whole KV cache on every step.
+        kept = jax.tree.map(lambda old, nw: jnp.where(st.done, old, nw), st.replace(cache=()),
+                            new.replace(cache=()))
+        return kept.replace(cache=new.cache)
 
     # --- whole batch (jit this with the loop object static) ---------------------------------------
     def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],
@@ -151,7 +180,23 @@ class DecodeLoop:
             return ~jnp.all(st.done)
 
         def body(st):
-            return jax.vmap(lambda s: self.step(target, dmodel, s))(st)
+            if self.drafter is None:
+                return jax.vmap(lambda s: self.step_ar(target, s))(st)
+            drafts, q, ds = jax.vmap(lambda s: self.propose(dmodel, s))(st)
+
+            def scored(nodes):
+                return lambda: jax.vmap(lambda s, d: self.score(target, s, d, nodes))(st, drafts)
+
+            sizes = self.tree_sizes
+            if len(sizes) == 1:
+                logits, cache, slot = scored(sizes[0])()
+            else:  # the batch runs the smallest tree that holds all its distinct nodes
+                distinct = jax.vmap(lambda d: trie(d)[1])(drafts)
+                need = 1 + jnp.max(jnp.where(st.done, 0, distinct))
+                which = jnp.sum(need > jnp.asarray(sizes[:-1]))
+                logits, cache, slot = jax.lax.switch(which, [scored(n) for n in sizes])
+            return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(
+                st, drafts, q, ds, logits, cache, slot)
 
         st = jax.lax.while_loop(cond, body, state)
         return dict(history=st.history, n=st.n, prompt_len=st.prompt_len, target_calls=st.steps,

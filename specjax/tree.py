@@ -37,39 +37,76 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
 
 
 def tree_mask(K: int, L: int, scratch: int) -> np.ndarray:
-    """[1 + K·L, scratch] tree mask: node (k, j) sees the root and draft k's tokens 0..j."""
+    """mask[node, slot] for root at slot 0 and draft k token j at slot 1 + k*L + j."""
     N = 1 + K * L
+    if N > scratch:
+        raise ValueError(f"score_tree: 1 + K*L = {N} nodes need scratch >= {N}, got {scratch}")
     mask = np.zeros((N, scratch), bool)
     mask[:, 0] = True
     for k in range(K):
         for j in range(L):
-            mask[1 + k * L + j, 1 + k * L: 1 + k * L + j + 1] = True
+            mask[1 + k * L + j, 1 + k * L : 1 + k * L + j + 1] = True
     return mask
 
 
 def tree_depths(K: int, L: int) -> np.ndarray:
+    """Depth of each tree node below the root (its RoPE offset from ``cache.length``)."""
     return np.concatenate([[0], np.tile(np.arange(1, L + 1), K)]).astype(np.int32)
 
 
-def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[Array, "K L"],
-               scratch: int) -> tuple[Float[Array, "K L+1 V"], Cache]:
-    """Target logits at every drafted prefix, [K, L+1, V], from one forward over the tree."""
+def trie(drafts: Int[Array, "K L"]) -> tuple[Int[Array, "K L"], Int[Array, ""]]:
+    """Scratch slot of every drafted node once duplicate prefixes are merged, and the count.
+
+    Node (k, j) is the prefix ``drafts[k, :j+1]``; drafts that share a prefix share its nodes
+    (at temperature 0 every draft of a model drafter is the same, so K·L nodes collapse to L).
+    The canonical node of a prefix is its first draft's; canonical nodes take slots 1, 2, ...
+    in (k, j) order, so with no duplicates node (k, j) sits at 1 + k·L + j as in ``tree_mask``.
+    Returns ``slot[k, j]`` (the slot holding prefix (k, j)) and the number of distinct nodes.
+    """
     K, L = drafts.shape
-    tokens = jnp.concatenate([root[None].astype(jnp.int32), drafts.reshape(-1).astype(jnp.int32)])
-    positions = cache.length + jnp.asarray(tree_depths(K, L))
-    slots = jnp.arange(1 + K * L, dtype=jnp.int32)
-    logits, cache = model.forward(tokens, positions, slots,
-                                  jnp.asarray(tree_mask(K, L, scratch)), cache)
+    same = jnp.cumprod(drafts[:, None, :] == drafts[None, :, :], axis=-1).astype(bool)
+    first = jnp.argmax(same, axis=1)  # [K, L]: first draft sharing prefix (k, j); k itself at worst
+    unique = (first == jnp.arange(K)[:, None]).reshape(-1)
+    rank = (jnp.cumsum(unique) - 1).reshape(K, L)
+    slot = 1 + rank[first, jnp.arange(L)[None, :]]
+    return slot.astype(jnp.int32), unique.sum().astype(jnp.int32)
+
+
+def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[Array, "K L"],
+               scratch: int, nodes: int | None = None
+               ) -> tuple[Float[Array, "K L+1 V"], Cache, Int[Array, "K L"]]:
+    """Target logits at every drafted prefix, [K, L+1, V], from one forward over the trie.
+
+    Each distinct prefix is scored once: the forward runs ``nodes`` rows (default 1 + K·L; a
+    caller that knows the drafts have fewer distinct prefixes passes fewer), the distinct nodes
+    first and padding after, and the [K, L+1, V] laws are gathered back from their slots.
+    Returns the laws, the cache (KV of the scored nodes in scratch) and ``slot[k, j]``, which
+    ``commit_path`` needs.
+    """
+    K, L = drafts.shape
+    N = 1 + K * L if nodes is None else nodes
+    slot, _ = trie(drafts)
+    depth = jnp.broadcast_to(jnp.arange(1, L + 1, dtype=jnp.int32), (K, L))
+    tokens = jnp.zeros((N,), jnp.int32).at[0].set(root.astype(jnp.int32))
+    tokens = tokens.at[slot].set(drafts.astype(jnp.int32), mode="drop")
+    positions = cache.length + jnp.zeros((N,), jnp.int32).at[slot].set(depth, mode="drop")
+    # Node slot[k, j] sees the root and the slots of its ancestors slot[k, i], i <= j.
+    rows = jnp.broadcast_to(slot[:, :, None], (K, L, L))
+    cols = jnp.broadcast_to(slot[:, None, :], (K, L, L))
+    below = jnp.arange(L)[None, :] <= jnp.arange(L)[:, None]  # [j, i]: i <= j
+    mask = jnp.zeros((N, scratch), bool).at[:, 0].set(True)
+    mask = mask.at[jnp.where(below, rows, N), cols].set(True, mode="drop")
+    mask = mask.at[jnp.arange(N), jnp.arange(N)].set(True)  # padding rows see themselves
+    logits, cache = model.forward(tokens, positions, jnp.arange(N, dtype=jnp.int32), mask, cache)
     V = logits.shape[-1]
     root_logits = jnp.broadcast_to(logits[0], (K, 1, V))
-    return jnp.concatenate([root_logits, logits[1:].reshape(K, L, V)], axis=1), cache
+    return jnp.concatenate([root_logits, logits[slot]], axis=1), cache, slot
 
 
-def commit_path(model: CausalLM, cache: Cache, draft_index: Int[Array, ""],
-                num_accepted: Int[Array, ""], L: int) -> Cache:
+def commit_path(model: CausalLM, cache: Cache, slot: Int[Array, "K L"],
+                draft_index: Int[Array, ""], num_accepted: Int[Array, ""]) -> Cache:
     """Commit root + the first ``num_accepted`` tokens of draft ``draft_index``."""
-    slots = jnp.concatenate([jnp.zeros((1,), jnp.int32),
-                             1 + draft_index * L + jnp.arange(L, dtype=jnp.int32)])
+    slots = jnp.concatenate([jnp.zeros((1,), jnp.int32), slot[draft_index]])
     return model.commit(cache, slots, num_accepted + 1)
 
 

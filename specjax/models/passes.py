@@ -10,8 +10,6 @@ root and its own ancestors only.
 
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,24 +17,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from specjax.models.base import Cache, CausalLM
-
-
-def tree_mask(K: int, L: int, scratch: int) -> np.ndarray:
-    """mask[node, slot] for root at slot 0 and draft k token j at slot 1 + k*L + j."""
-    N = 1 + K * L
-    if N > scratch:
-        raise ValueError(f"score_tree: 1 + K*L = {N} nodes need scratch >= {N}, got {scratch}")
-    mask = np.zeros((N, scratch), bool)
-    mask[:, 0] = True
-    for k in range(K):
-        for j in range(L):
-            mask[1 + k * L + j, 1 + k * L : 1 + k * L + j + 1] = True
-    return mask
-
-
-def tree_depths(K: int, L: int) -> np.ndarray:
-    """Depth of each tree node below the root (its RoPE offset from ``cache.length``)."""
-    return np.concatenate([[0], np.tile(np.arange(1, L + 1), K)]).astype(np.int32)
+from specjax.tree import tree_depths, tree_mask  # noqa: F401 (re-exported for callers)
 
 
 def prefill(
