@@ -126,7 +126,8 @@ def bench_passes(jp: JittedPasses, V: int, reps: int, max_len: int) -> dict:
         out[f"tree {K}x{L}"] = _median_ms(tree, reps)
     box["cache"] = jp.model.with_scratch(box["cache"], 1)
     for B in BATCHES:
-        caches = jax.tree.map(lambda x, B=B: jnp.broadcast_to(x, (B, *x.shape)).copy(), box["cache"])
+        caches = jax.tree.map(lambda x, B=B: jnp.broadcast_to(x, (B, *x.shape)).copy(),
+                              box["cache"])
         tokens = jnp.full((B,), 7, jnp.int32)
         box[B] = caches
 
