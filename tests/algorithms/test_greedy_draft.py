@@ -103,8 +103,8 @@ class RootResidualIsTarget(GreedyDraftVerifier):
         verdict, state = super().__call__(key, drafts, q, p, state)
         redraw = sample(jax.random.fold_in(key, 7), p[0, 0])
         extra = jnp.where(verdict.num_emitted == 1, redraw, verdict.tokens[0])
-        tokens = jnp.where(verdict.num_emitted == 1, emit(drafts[0], jnp.int32(0), extra, jnp.int32(0)).tokens,
-                           verdict.tokens)
+        alone = emit(drafts[0], jnp.int32(0), extra, jnp.int32(0)).tokens
+        tokens = jnp.where(verdict.num_emitted == 1, alone, verdict.tokens)
         return verdict._replace(tokens=tokens), state
 
 
