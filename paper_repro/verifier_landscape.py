@@ -77,6 +77,11 @@ def pairs():
     return out
 
 
+def exact_law(name: str):
+    """The verifier's exact law; own-drafting pairs with their drafting scheme."""
+    return get_exact_law(name, drafting="greedy") if name in OWN_DRAFTING else get_exact_law(name)
+
+
 def lp_tractable(V: int, L: int, K: int) -> bool:
     """The LP has ~V^(K L) draft sets: skip the cells where it takes minutes."""
     return V == 2 or (L <= 2 and K <= 3) or (L == 3 and K <= 2)
@@ -98,7 +103,7 @@ def tabulate(names, models) -> dict:
                 if lp_tractable(P.V, L, K):
                     table[pair, "LP optimum", K, L] = optimal_expected_tau(P, Q, L=L, K=K)
             for name in names:
-                law = get_exact_law(name)
+                law = exact_law(name)
                 for K in draft_counts(name):
                     table[pair, name, K, L] = expected_tau(iteration_law(law, P, Q, L=L, K=K))
     return table
@@ -111,7 +116,7 @@ def losslessness(names) -> dict[str, tuple[float, int]]:
     cases += list(adversarial_pairs(3).values())
     out = {}
     for name in names:
-        law = get_exact_law(name)
+        law = exact_law(name)
         tvs = [lossless_tv(law, P, Q, L=L, K=K)  # greedy_block threads its fix-up state
                for P, Q in cases for L in (1, 2) for K in draft_counts(name) if K <= 3]
         out[name] = (max(tvs), len(tvs))

@@ -2,7 +2,8 @@
 
 The pair's law, not the verifier's alone: the drafts are enumerated as the greedy drafter makes
 them (``drafting="greedy"``: K-1 fixed top-q tokens at the root, one token from q restricted to
-the rest, then every draft continues by sampling q) or as K i.i.d. blocks (``drafting="iid"``).
+the rest, then every draft continues by sampling q) or as K i.i.d. blocks (``drafting="iid"``,
+the default, as for every registered law).
 The root's recursive rejection is run exactly per root-token tuple (trial order: the sampled draft
 first). What follows an accepted root token x depends only on how many drafts carry x: one (always,
 under greedy drafting) continues as an independent q-block verified by BV, whose exact law is
@@ -53,8 +54,11 @@ def root_tuples(q: np.ndarray, K: int, drafting: str):
         raise ValueError(f"greedy_draft_law: drafting must be 'greedy' or 'iid', got {drafting!r}")
 
 
-def greedy_draft_law(P, Q, ctx, state=(), *, L, K=1, drafting: str = "greedy"):
-    """{(emitted, ()): prob} for one iteration of the drafter + verifier pair after ctx."""
+def greedy_draft_law(P, Q, ctx, state=(), *, L, K=1, drafting: str = "iid"):
+    """{(emitted, ()): prob} for one iteration of the drafter + verifier pair after ctx.
+
+    ``drafting="iid"`` by default, as every registered exact law (the shared tests sample K
+    i.i.d. drafts); ``drafting="greedy"`` is the pair the method is built for."""
     p0 = P(ctx)
     chains: dict[tuple[int, int], dict] = {}
 

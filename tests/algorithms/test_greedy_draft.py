@@ -24,6 +24,8 @@ from algorithms.verifiers import get_verifier
 from algorithms.verifiers.base import emit, sample
 from algorithms.verifiers.greedy_draft import GreedyDraftVerifier
 
+greedy_law = functools.partial(greedy_draft_law, drafting="greedy")
+
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
 SIZES = [(2, 1, 1), (2, 2, 2), (3, 1, 2), (3, 2, 2), (3, 2, 3), (3, 3, 2), (4, 1, 3), (4, 2, 2)]
 
@@ -43,6 +45,7 @@ def test_exactly_lossless_on_random_pairs(seed, drafting):
 def test_exactly_lossless_on_adversarial_pairs(name):
     P, Q = adversarial_pairs(3)[name]
     for L, K in [(1, 2), (2, 2), (2, 3)]:
+        assert lossless_tv(greedy_law, P, Q, L=L, K=K) <= 1e-12
         assert lossless_tv(greedy_draft_law, P, Q, L=L, K=K) <= 1e-12
 
 
@@ -56,14 +59,14 @@ def test_root_acceptance_is_the_greedy_optimum(seed, K):
     top = np.argsort(-q, kind="stable")[:K - 1]
     rest = np.setdiff1d(np.arange(4), top)
     alpha = p[top].sum() + np.minimum(p[rest], q[rest] / q[rest].sum()).sum()
-    got = expected_tau(iteration_law(greedy_draft_law, P, Q, L=1, K=K))
+    got = expected_tau(iteration_law(greedy_law, P, Q, L=1, K=K))
     assert got == pytest.approx(alpha, abs=1e-14)
 
 
 def test_covering_the_vocabulary_accepts_the_first_token_always():
     """V = 2, K = 2: the fixed draft and the sampled one are both tokens, so tau >= 1."""
     P, Q = example_pair()
-    law = iteration_law(greedy_draft_law, P, Q, L=2, K=2)
+    law = iteration_law(greedy_law, P, Q, L=2, K=2)
     assert sum(pr for e, pr in law.items() if len(e) == 1) == pytest.approx(0.0, abs=1e-15)
 
 
@@ -111,7 +114,7 @@ class RootResidualIsTarget(GreedyDraftVerifier):
 def test_monte_carlo_matches_exact_law_and_catches_mutations():
     P, Q = random_pair(4, 3)
     L, K = 2, 2
-    exact = iteration_law(greedy_draft_law, P, Q, L=L, K=K)
+    exact = iteration_law(greedy_law, P, Q, L=L, K=K)
     misreport = functools.partial(greedy_sample_inputs, report_restricted=False)
     fits = {}
     for label, verifier, sampler in [
