@@ -1,0 +1,46 @@
+"""Reduced real-model audit (``paper_repro.audit``) on the tiny random decoder: a lossless
+multi-draft row passes, a drafter that misreports q fails, a forbidden pair is refused."""
+
+import numpy as np
+import pytest
+
+from paper_repro.audit import ALPHA, ExactLaw, audit, render, rows
+from specjax.models.config import tiny_config
+from specjax.models.decoder import Decoder
+from specjax.models.toy import ToyLoaded
+
+PROMPT = [5, 9, 11, 5, 9, 11, 5, 9]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return ToyLoaded(name="tiny-target", model=Decoder.random(tiny_config("llama"), seed=0))
+
+
+def test_exact_law_is_the_models_softmax(tiny):
+    law = ExactLaw(tiny, PROMPT)
+    logits = np.asarray(tiny.model.logits(np.asarray(PROMPT + [3], np.int32)), np.float64)
+    want = np.exp(logits[-1] - logits[-1].max())
+    # float32 logits, jitted (ExactLaw) vs eager (here): they differ by ~1e-6 relative.
+    np.testing.assert_allclose(law.p2(3), want / want.sum(), rtol=1e-5)
+    assert abs(law.p1.sum() - 1) < 1e-12
+
+
+def test_forbidden_pair_is_listed_as_refused():
+    listed = {(kind, name, K): refused for kind, _, name, K, refused in
+              rows(["spectr_gbv", "specinfer"], ["ngram"], [3], L=2, exit_layers=1,
+                   mutant_rows=())}
+    assert listed[("ngram", "spectr_gbv", 3)].startswith("pairing:")
+    assert listed[("ngram", "specinfer", 3)] is None
+
+
+def test_lossless_row_passes_and_misreporting_drafter_fails(tiny):
+    """False-positive rate ALPHA per row; the misreporting drafter moves the law by TV ~0.3."""
+    results = audit(tiny, [PROMPT], verifiers=["specinfer"], drafters=("early_exit",), Ks=(3,),
+                    samples=3000, exit_layers=1, batch=3000, mutant_rows=(("specinfer", 3),),
+                    log=lambda *_: None)
+    real, bad = results
+    assert real["drafter"] == "early_exit" and real["fit"].passes(ALPHA), real
+    assert bad["drafter"].endswith("misreports q") and not bad["fit"].passes(ALPHA), bad
+    table = render(results, model="tiny", prompts=["ids"], command="test")
+    assert "| early_exit | specinfer | 3 | yes | 3000 |" in table and "FAIL" in table
