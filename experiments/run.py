@@ -112,7 +112,7 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                   batch_size=cfg.batch_size)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
     spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
-                            **common)
+                            breakdown=bool(cfg.get("breakdown", False)), **common)
 
     rows = []
     for i, prompt in enumerate(prompts):
@@ -136,6 +136,10 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     summary["drafter"].pop("_target_", None)
     write_results(run_dir, rows, summary)
     print_table(summary, console)
+    if "time_breakdown" in spec.summary:
+        from specjax.breakdown import format_breakdown
+
+        console.print("time breakdown, " + format_breakdown(spec.summary["time_breakdown"]))
 
     tracker = instantiate(cfg.logger)
     tracker.start(run_dir, name=f"{cfg.run_name}-{summary['verifier']}-"

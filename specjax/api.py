@@ -8,6 +8,7 @@ so wall time and tokens/s are pure decoding (prefill included), as the issue ask
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +21,9 @@ from specjax.metrics import per_prompt_metrics, summarize
 from specjax.sampling import Sampling
 
 _COMPILED: dict = {}  # (loop, batch, pad) -> compiled executable; reused across calls
+#: XLA:CPU options for the decode loop: Eigen instead of YNNPACK for dots (an experimental flag,
+#: so ``generate`` falls back to XLA's defaults if this jaxlib does not know it).
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 @dataclass
@@ -87,11 +91,16 @@ def _encode(target, prompts, chat: bool) -> list[list[int]]:
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
-             compiler_options: dict | None = None) -> GenerationResult:
+             compiler_options: dict | None = None, breakdown: bool = False) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
-    speed for compile time in tests); results do not depend on them.
+    speed for compile time in tests); results do not depend on them. On CPU the default turns
+    off YNNPACK for dots (``CPU_COMPILER_OPTIONS``): the loop is dominated by one-row and
+    tree-sized matmuls, which Eigen runs faster (``experiments/benchmarks/decode_speed.py``).
+
+    ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.breakdown``): ms per step
+    spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
 
     Output depends only on (models, prompt, its index, settings, seed), not on the batching:
     prompt i uses the key ``fold_in(key(seed), i)``.
@@ -129,12 +138,27 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         arrays.append((P, lengths, keys))
 
     compile_time = 0.0
+    if compiler_options is None and jax.default_backend() == "cpu":
+        compiler_options = CPU_COMPILER_OPTIONS
     cache_key = (loop, B, pad, tuple(sorted((compiler_options or {}).items())))
     if cache_key not in _COMPILED:
+        if progress:
+            mode = "autoregressive" if drafter is None else (
+                f"speculative ({type(drafter).__name__} K={drafter.K} L={drafter.L}, "
+                f"{type(verifier).__name__})")
+            print(f"specjax: compiling the {mode} decode loop for batch {B}, prompt pad {pad}, "
+                  f"{max_new_tokens} new tokens (once per shape) ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         lowered = jax.jit(loop.run).lower(tstate, dstate, *arrays[0])
-        _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
+        try:
+            _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
+        except Exception:  # an XLA without the experimental flag: its defaults are correct too
+            if compiler_options is not CPU_COMPILER_OPTIONS:
+                raise
+            _COMPILED[cache_key] = lowered.compile()
         compile_time = time.perf_counter() - t0
+        if progress:
+            print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
     run = _COMPILED[cache_key]
 
     outs, wall, batch_wall = [], 0.0, []
@@ -161,5 +185,13 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         per_prompt.append(per_prompt_metrics(counters, i, loop.L))
         per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
     summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
+    if breakdown:
+        from specjax.breakdown import time_breakdown
+
+        if progress:
+            print("specjax: timing draft / tree / verify parts at this run's shapes ...",
+                  file=sys.stderr, flush=True)
+        summary["time_breakdown"] = time_breakdown(loop, tstate, dstate, *arrays[0],
+                                                   compiler_options=compiler_options)
     return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
                             prompt_tokens=ids)

@@ -169,6 +169,26 @@ class DecodeLoop:
                             new.replace(cache=()))
         return kept.replace(cache=new.cache)
 
+    def body(self, target, dmodel, st: SeqState) -> SeqState:
+        """One loop step for the whole batch (``st`` has a leading batch axis)."""
+        if self.drafter is None:
+            return jax.vmap(lambda s: self.step_ar(target, s))(st)
+        drafts, q, ds = jax.vmap(lambda s: self.propose(dmodel, s))(st)
+
+        def scored(nodes):
+            return lambda: jax.vmap(lambda s, d: self.score(target, s, d, nodes))(st, drafts)
+
+        sizes = self.tree_sizes
+        if len(sizes) == 1:
+            logits, cache, slot = scored(sizes[0])()
+        else:  # the batch runs the smallest tree that holds all its distinct nodes
+            distinct = jax.vmap(lambda d: trie(d)[1])(drafts)
+            need = 1 + jnp.max(jnp.where(st.done, 0, distinct))
+            which = jnp.sum(need > jnp.asarray(sizes[:-1]))
+            logits, cache, slot = jax.lax.switch(which, [scored(n) for n in sizes])
+        return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(
+            st, drafts, q, ds, logits, cache, slot)
+
     # --- whole batch (jit this with the loop object static) ---------------------------------------
     def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],
             keys: Array) -> dict[str, Array]:
@@ -179,26 +199,7 @@ class DecodeLoop:
         def cond(st):
             return ~jnp.all(st.done)
 
-        def body(st):
-            if self.drafter is None:
-                return jax.vmap(lambda s: self.step_ar(target, s))(st)
-            drafts, q, ds = jax.vmap(lambda s: self.propose(dmodel, s))(st)
-
-            def scored(nodes):
-                return lambda: jax.vmap(lambda s, d: self.score(target, s, d, nodes))(st, drafts)
-
-            sizes = self.tree_sizes
-            if len(sizes) == 1:
-                logits, cache, slot = scored(sizes[0])()
-            else:  # the batch runs the smallest tree that holds all its distinct nodes
-                distinct = jax.vmap(lambda d: trie(d)[1])(drafts)
-                need = 1 + jnp.max(jnp.where(st.done, 0, distinct))
-                which = jnp.sum(need > jnp.asarray(sizes[:-1]))
-                logits, cache, slot = jax.lax.switch(which, [scored(n) for n in sizes])
-            return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(
-                st, drafts, q, ds, logits, cache, slot)
-
-        st = jax.lax.while_loop(cond, body, state)
+        st = jax.lax.while_loop(cond, lambda st: self.body(target, dmodel, st), state)
         return dict(history=st.history, n=st.n, prompt_len=st.prompt_len, target_calls=st.steps,
                     drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
                     accepted=st.accepted, accepted_per_position=st.accepted_per_position,

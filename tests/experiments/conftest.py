@@ -23,4 +23,5 @@ def make_cfg():
 @pytest.fixture
 def toy():
     """Overrides that shrink any experiment to seconds on the tabular toy pair (V=4, 2 layers)."""
-    return ["model=toy", "dataset=toy", "dataset.n=2", "max_new_tokens=4", "logger=none"]
+    return ["model=toy", "dataset=toy", "dataset.n=2", "max_new_tokens=4", "logger=none",
+            "breakdown=false"]

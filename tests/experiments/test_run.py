@@ -52,6 +52,8 @@ def test_results_file_has_a_line_per_prompt_then_the_summary(greedy_run):
     assert summary["speedup"] == pytest.approx(spec["tokens_per_s"] / ar["tokens_per_s"])
     for row in lines[:3]:
         assert len(row["tokens"]) == row["speculative"]["new_tokens"] == 6
+    parts = lines[-1]["speculative"]["time_breakdown"]  # breakdown=true is the default
+    assert {"draft_ms", "tree_ms", "verify_ms", "other_ms", "step_ms"} <= set(parts)
 
 
 def test_greedy_speculative_output_equals_greedy_autoregressive(greedy_run):
@@ -159,7 +161,8 @@ def test_cli_exits_2_with_one_line_naming_the_field(greedy_run, tmp_path, args, 
 
 def test_multirun_writes_one_run_per_verifier_and_resumes(tmp_path):
     args = ("-m", "experiment=toy_smoke", "verifier=token,block", "dataset.n=2",
-            "max_new_tokens=4", "ar_baseline=false", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+            "max_new_tokens=4", "ar_baseline=false", "breakdown=false",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}")
     first = _cli(*args, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     runs = sorted((tmp_path / "sweep").glob("*/results.jsonl"))

@@ -1,0 +1,34 @@
+"""The per-step time breakdown: every part is timed at the run's shapes and the parts add up."""
+
+import pytest
+
+import specjax
+from specjax.drafters import ModelDrafter, NgramDrafter
+
+FAST = {"xla_backend_optimization_level": 0}
+PARTS = ("draft", "tree", "verify", "other")
+
+
+@pytest.mark.parametrize("kind", ["ar", "model", "ngram"])
+def test_breakdown_parts_add_up(kind):
+    kw = {"ar": {}, "model": dict(draft="toy-draft", drafter=ModelDrafter(K=2, L=3),
+                                  verifier="specinfer"),
+          "ngram": dict(drafter=NgramDrafter(K=1, L=3), verifier="token")}[kind]
+    res = specjax.generate("toy-target", ["0 1 2 3", "2 3"], max_new_tokens=6, seed=0,
+                           compiler_options=FAST, breakdown=True, progress=False, **kw)
+    b = res.summary["time_breakdown"]
+    assert all(b[f"{p}_ms"] >= 0 for p in PARTS)
+    assert b["tree_ms"] > 0 and b["step_ms"] > 0
+    assert sum(b[f"{p}_frac"] for p in PARTS) == pytest.approx(1.0)
+    total = sum(b[f"{p}_ms"] for p in PARTS)
+    assert total == pytest.approx(max(b["step_ms"], total - b["other_ms"]))
+    if kind == "ar":
+        assert b["draft_ms"] == 0 and b["verify_ms"] == 0
+    else:
+        assert b["draft_ms"] > 0 and b["verify_ms"] > 0
+
+
+def test_no_breakdown_unless_asked():
+    res = specjax.generate("toy-target", ["0 1"], max_new_tokens=2, compiler_options=FAST,
+                           progress=False)
+    assert "time_breakdown" not in res.summary
