@@ -102,7 +102,7 @@ def run_hf(ids, max_new: int) -> list[dict]:
             x = torch.tensor([p])
             with torch.inference_mode():
                 out = target.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                                      max_new_tokens=new, min_new_tokens=new,
+                                      max_new_tokens=new,
                                       pad_token_id=0, **kw)
             return out[0, len(p):].tolist()
 
