@@ -13,6 +13,7 @@ import importlib.util
 from algorithms.verifiers.base import (
     DETERMINISTIC,
     DRAFT_STRUCTURES,
+    GREEDY,
     IID,
     Verdict,
     Verifier,
@@ -62,6 +63,7 @@ def get_verifier(name: str, **options) -> Verifier:
 
 
 __all__ = [
-    "DETERMINISTIC", "DRAFT_STRUCTURES", "IID", "Verdict", "Verifier", "accepted_structures",
-    "check_pairing", "get_verifier", "list_verifiers", "validate_inputs", "verifier_class",
+    "DETERMINISTIC", "DRAFT_STRUCTURES", "GREEDY", "IID", "Verdict", "Verifier",
+    "accepted_structures", "check_pairing", "get_verifier", "list_verifiers", "validate_inputs",
+    "verifier_class",
 ]

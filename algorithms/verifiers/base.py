@@ -21,6 +21,9 @@ Draft structures. Each drafter declares one (``Drafter.draft_structure``):
 - ``DETERMINISTIC``: the drafts are fixed functions of the context (prompt lookup), distinct or
   duplicated, with one-hot q at each draft's own token. They are not i.i.d. draws from any shared
   law, so a rule that relies on exchangeable draws (SpecTr's K-SEQ residual) is biased on them.
+- ``GREEDY``: Hu et al.'s greedy multi-drafting (``specjax.drafters.greedy``): K-1 roots fixed at
+  the draft's top tokens (one-hot q), one root sampled from q restricted to the rest, every draft
+  continued i.i.d. from the draft model. Only ``greedy_draft`` is built for it.
 
 With K = 1 both structures are the same thing (one draw from q), so only K > 1 is ever refused.
 ``check_pairing`` is the one place that decides; the API and the CLI both call it before compiling.
@@ -43,7 +46,8 @@ PROB_ATOL = 1e-3
 
 IID = "iid"
 DETERMINISTIC = "deterministic"
-DRAFT_STRUCTURES = (IID, DETERMINISTIC)
+GREEDY = "greedy"
+DRAFT_STRUCTURES = (IID, DETERMINISTIC, GREEDY)
 
 
 class Verdict(NamedTuple):

@@ -36,6 +36,8 @@ from jax import lax
 from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import (
+    GREEDY,
+    IID,
     Verdict,
     emit,
     residual,
@@ -51,8 +53,8 @@ from algorithms.verifiers.specinfer import SpecInferVerifier
 class GreedyDraftVerifier:
     lossless: ClassVar[bool] = True
     max_drafts: ClassVar[int | None] = None
-    # base.IID, plus Hu et al.'s greedy construction ("greedy": fixed top tokens + one sample)
-    draft_structures: ClassVar[frozenset[str]] = frozenset({"iid", "greedy"})
+    # i.i.d. drafts, plus Hu et al.'s greedy construction (fixed top tokens + one sample)
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, GREEDY})
 
     def init_state(self, L: int, V: int):
         return ()

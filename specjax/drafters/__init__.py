@@ -1,16 +1,19 @@
 """Drafters: who proposes the K×L draft tree and the laws q it was sampled from.
 
 ``ModelDrafter`` (a separate small model), ``NgramDrafter`` (prompt lookup, one-hot q),
-``EarlyExitDrafter`` (the target's first n layers). All are frozen dataclasses following
+``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
+multi-drafting on a draft model). All are frozen dataclasses following
 ``specjax.drafters.base.Drafter``.
 """
 
 from specjax.drafters.base import Drafter
 from specjax.drafters.early_exit import EarlyExitDrafter
+from specjax.drafters.greedy import GreedyDrafter
 from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
 
-DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter}
+DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter,
+            "greedy": GreedyDrafter}
 
 
 def get_drafter(name: str, **options) -> Drafter:
@@ -19,5 +22,5 @@ def get_drafter(name: str, **options) -> Drafter:
     return DRAFTERS[name](**options)
 
 
-__all__ = ["DRAFTERS", "Drafter", "EarlyExitDrafter", "ModelDrafter", "NgramDrafter",
-           "get_drafter"]
+__all__ = ["DRAFTERS", "Drafter", "EarlyExitDrafter", "GreedyDrafter", "ModelDrafter",
+           "NgramDrafter", "get_drafter"]

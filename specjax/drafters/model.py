@@ -71,8 +71,7 @@ class ModelDrafter(BlockShape):
         keys = jax.random.split(key, K * L)
         # A one-hot (greedy) law needs no categorical draw over the vocabulary.
         pick = (lambda _, law: jnp.argmax(law).astype(jnp.int32)) if sampling.greedy else sample
-        q0 = jnp.broadcast_to(sampling(logits[1]), (K, vocab_size))
-        x0 = jax.vmap(pick)(keys[:K], q0)
+        x0, q0 = self.root(keys[:K], sampling(logits[1]), pick)
         drafts = jnp.zeros((K, L), jnp.int32).at[:, 0].set(x0)
         q = jnp.zeros((K, L, vocab_size), jnp.float32).at[:, 0].set(q0)
         branch = 2 + jnp.arange(K) * L  # first slot of each branch
@@ -90,6 +89,13 @@ class ModelDrafter(BlockShape):
 
         drafts, q, cache = jax.lax.fori_loop(1, L, step, (drafts, q, cache))
         return drafts, q, cache
+
+    def root(self, keys: Array, law: Float[Array, " V"], pick
+             ) -> tuple[Int[Array, " K"], Float[Array, "K V"]]:
+        """The K root tokens and the laws they were drawn from: K i.i.d. draws from q.
+        Subclasses that draft the root differently (``GreedyDrafter``) override only this."""
+        q0 = jnp.broadcast_to(law, (self.K, law.shape[0]))
+        return jax.vmap(pick)(keys, q0), q0
 
     def update(self, model, state, drafts, verdict: Verdict, n, *, scratch: int):
         L = self.L

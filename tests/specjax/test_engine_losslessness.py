@@ -22,7 +22,7 @@ import pytest
 from algorithms.exact.monte_carlo import chi_square
 from algorithms.verifiers import get_verifier, list_verifiers
 from specjax import generate
-from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter
+from specjax.drafters import EarlyExitDrafter, GreedyDrafter, ModelDrafter, NgramDrafter
 from specjax.models.toy import load_toy
 from specjax.sampling import Sampling
 
@@ -81,7 +81,7 @@ SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k, top_p): every los
     ("spectr", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
     ("multipath_block", EarlyExitDrafter(K=3, L=2, num_layers=1), 1.0, 0, 1.0),
     ("importance", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
-    ("greedy_draft", ModelDrafter(K=3, L=2), 0.7, 0, 1.0),
+    ("greedy_draft", GreedyDrafter(K=3, L=2), 0.7, 0, 1.0),  # Hu et al.'s pair, as registered
 ]
 # Prompt lookup at T > 0 for every multi-draft verifier that takes lookup drafts: a repetitive
 # prompt so that K = 3 finds distinct continuations (and duplicates once it runs out).
@@ -229,6 +229,15 @@ def test_greedy_equals_autoregressive_toy(name, kind):
     target, draft = load_toy("toy-target-v8"), load_toy("toy-draft-v8")
     ref = toy_greedy_reference(target, TOY_PROMPTS, 10)
     greedy_case(name, kind, target, draft, TOY_PROMPTS, ref, 10)
+
+
+def test_greedy_drafting_equals_autoregressive_toy():
+    """Hu et al.'s greedy drafter (K - 1 fixed top tokens) with its verifier at T = 0."""
+    target, draft = load_toy("toy-target-v8"), load_toy("toy-draft-v8")
+    res = generate(target, TOY_PROMPTS, draft=draft, drafter=GreedyDrafter(K=3, L=3),
+                   verifier="greedy_draft", sampling=GREEDY, max_new_tokens=10, progress=False,
+                   compiler_options=FAST)
+    assert res.tokens == toy_greedy_reference(target, TOY_PROMPTS, 10)
 
 
 # Prompt lookup gives K DISTINCT one-hot drafts that the greedy target often rejects at once: the

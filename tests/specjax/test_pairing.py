@@ -6,7 +6,14 @@ import pytest
 import specjax
 from algorithms.exact import EXACT_LAWS
 from algorithms.exact.lookup import FIXED_LAWS
-from algorithms.verifiers import DETERMINISTIC, IID, check_pairing, get_verifier, list_verifiers
+from algorithms.verifiers import (
+    DETERMINISTIC,
+    GREEDY,
+    IID,
+    check_pairing,
+    get_verifier,
+    list_verifiers,
+)
 from specjax.drafters import DRAFTERS
 
 PAIRS = [(d, v, K) for d in sorted(DRAFTERS) for v in list_verifiers() for K in (1, 3)]
@@ -23,14 +30,15 @@ def verdict(drafter_name: str, verifier_name: str, K: int) -> str:
 
 def test_drafters_declare_their_structure():
     assert {n: c.draft_structure for n, c in DRAFTERS.items()} == {
-        "model": IID, "early_exit": IID, "ngram": DETERMINISTIC}
+        "model": IID, "early_exit": IID, "ngram": DETERMINISTIC, "greedy": GREEDY}
 
 
 @pytest.mark.parametrize("drafter_name, verifier_name, K", PAIRS)
 def test_every_accepted_lossless_pair_has_an_exact_check(drafter_name, verifier_name, K):
     """A pair is accepted as lossless only when an exact law covers its structure: the i.i.d.
-    laws (K = 1 lookup drafts are one draw from a one-hot law, so these cover them too) or the
-    fixed-draft laws of ``algorithms.exact.lookup`` for K > 1 lookup drafts."""
+    laws (K = 1 lookup or greedy drafts are one draw from the reported law, so these cover them
+    too), the fixed-draft laws of ``algorithms.exact.lookup`` for K > 1 lookup drafts, or the
+    greedy-drafting law (``greedy_draft_law(drafting="greedy")``) for K > 1 greedy drafts."""
     v = verdict(drafter_name, verifier_name, K)
     print(f"{drafter_name:>10} x {verifier_name:<16} K={K}: {v}")
     if v != "lossless":
@@ -38,6 +46,8 @@ def test_every_accepted_lossless_pair_has_an_exact_check(drafter_name, verifier_
     structure = DRAFTERS[drafter_name].draft_structure
     if structure == DETERMINISTIC and K > 1:
         assert verifier_name in FIXED_LAWS
+    elif structure == GREEDY and K > 1:
+        assert verifier_name == "greedy_draft"  # the only law enumerating greedy drafting
     else:
         assert verifier_name in EXACT_LAWS
 
@@ -48,6 +58,9 @@ def test_known_verdicts():
     assert verdict("ngram", "spectr_gbv", 1) == "declared lossy"
     assert verdict("model", "spectr_gbv", 3) == "declared lossy"
     assert verdict("ngram", "token", 3) == "refused"  # max_drafts = 1
+    assert verdict("greedy", "greedy_draft", 3) == "lossless"
+    assert verdict("greedy", "specinfer", 3) == "refused"  # built for i.i.d. / lookup drafts
+    assert verdict("greedy", "token", 1) == "lossless"  # K = 1: one draw from q
 
 
 def test_api_refuses_a_forbidden_pair_before_compiling(monkeypatch):
