@@ -72,7 +72,7 @@ def _load_models(cfg: DictConfig, drafter):
     """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
     from specjax.drafters import ModelDrafter
 
-    needs_draft = type(drafter) is ModelDrafter
+    needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
         target = _load(cfg.model.target)
     except ValueError as e:
