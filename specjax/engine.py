@@ -200,7 +200,12 @@ class DecodeLoop:
             return ~jnp.all(st.done)
 
         st = jax.lax.while_loop(cond, lambda st: self.body(target, dmodel, st), state)
-        return dict(history=st.history, n=st.n, prompt_len=st.prompt_len, target_calls=st.steps,
-                    drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
-                    accepted=st.accepted, accepted_per_position=st.accepted_per_position,
-                    hit_eos=st.hit_eos)
+        # A measurement probe wrapped around the verifier (``specjax.root_bound``) returns what
+        # it summed in the verifier state; without one nothing is added.
+        readout = getattr(self.verifier, "readout", None)
+        extra = readout(st.verifier_state) if readout is not None else {}
+        return extra | dict(history=st.history, n=st.n, prompt_len=st.prompt_len,
+                            target_calls=st.steps,
+                            drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
+                            accepted=st.accepted, accepted_per_position=st.accepted_per_position,
+                            hit_eos=st.hit_eos)

@@ -25,7 +25,10 @@ def per_prompt_metrics(counters: dict[str, np.ndarray], i: int, L: int) -> dict:
     new = int(counters["new_tokens"][i])
     acc = int(counters["accepted"][i])
     app = [int(a) for a in counters["accepted_per_position"][i]]
-    return dict(
+    extra = {}
+    if "root_bound" in counters:  # a RootBoundProbe ran (specjax.root_bound): sum of alpha*
+        extra["root_bound"] = float(counters["root_bound"][i])
+    return extra | dict(
         prompt_tokens=int(counters["prompt_len"][i]),
         new_tokens=new,
         target_calls=calls,
