@@ -1,0 +1,265 @@
+"""Measured cells of the paper tables: one (dataset, method) run each, stored so runs resume.
+
+A *setting* is what every method of a table shares (model pair, prompts, K, L, T, tokens per
+prompt, batch size, seed). A *cell* is one method decoded on one dataset's prompts under that
+setting with ``specjax.generate``: the same prompt list and the same seed for every method, so
+prompt i decodes with the key ``fold_in(key(seed), i)`` whatever the method (``specjax.api``).
+The autoregressive cell of a dataset is measured in the same session as its speculative cells
+(the table marks any cell that came from another session, e.g. after a resume).
+
+Per prompt a cell keeps the counters BE, SR and the gap to optimum are built from: generated
+tokens, target calls (loop steps), accepted draft tokens, steps whose first draft token was
+accepted (``accepted_per_position[0]``) and the sum of the step-wise optimal acceptance alpha*
+(``specjax.root_bound.RootBoundProbe``). Seconds per prompt: a batch decodes in one jitted call,
+so each prompt gets the batch's wall time in proportion to its loop steps (each step costs the
+whole batch the same); with ``batch_size=1`` this is the prompt's own measured time. Wall time
+excludes compilation, which is stored separately (``specjax.generate``).
+
+Storage: ``<out>/runs/<table>_<preset>/cells.jsonl``, one JSON line per cell, rewritten through a
+temporary file and ``os.replace`` after every cell, so a killed run loses at most the cell in
+progress. A stored cell is reused only when its key (table, dataset, method and the whole
+setting) matches exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+RESULTS = Path(__file__).parent / "results"
+SESSION = uuid.uuid4().hex[:12]  # one per process: which cells were measured together
+
+#: Display names of the datasets (EAGLE 80-prompt suites, ``specjax.data``).
+DATASETS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "alpaca": "Alpaca"}
+#: Table 1's multi-draft verifiers (K = setting.K); the rest run with K = 1.
+MULTI_DRAFT = ("specinfer", "spectr", "spectr_gbv", "multipath_block", "traversal")
+SINGLE_DRAFT = ("token", "greedy_block", "block")
+#: Paper names of the rows the paper reports (SpecTr-GBV, arXiv / secondhand; issue 11).
+PAPER_NAMES = {"ar": "AR", "token": "SD", "greedy_block": "GBV", "spectr": "SpecTr",
+               "spectr_gbv": "SpecTr-GBV"}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every cell of one table shares. ``models`` names ``configs/model/<models>.yaml``."""
+
+    models: str
+    datasets: tuple[str, ...]
+    n: int  # prompts per dataset (the first n of each suite)
+    max_new_tokens: int
+    K: int
+    L: int
+    temperature: float
+    batch_size: int | None  # prompts per jitted call (None = all of a dataset's prompts at once)
+    seed: int = 0
+    fast_compile: bool = False  # XLA opt level 0: toy runs only (compile time >> run time)
+
+    @property
+    def toy(self) -> bool:
+        return self.models == "toy"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row: a verifier (None = autoregressive) with its number of drafts."""
+
+    verifier: str | None
+    K: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.verifier or "ar"
+
+
+def table1_methods(K: int) -> list[Method]:
+    """AR, the single-draft verifiers at K = 1, the multi-draft ones at K."""
+    return ([Method(None)] + [Method(v, 1) for v in SINGLE_DRAFT]
+            + [Method(v, K) for v in MULTI_DRAFT])
+
+
+def select(methods: list[Method], names: str | None) -> list[Method]:
+    """Keep the methods named in a comma list (``--methods ar,token``); all when None."""
+    if not names:
+        return methods
+    wanted = [x.strip() for x in names.split(",") if x.strip()]
+    known = {m.name for m in methods}
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; allowed: {sorted(known)}")
+    return [m for m in methods if m.name in wanted]
+
+
+def model_names(models: str) -> tuple[str, str]:
+    """(target, draft) from ``configs/model/<models>.yaml`` (the Hydra group the CLI uses)."""
+    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{models}.yaml")
+    return str(cfg.target), str(cfg.draft)
+
+
+def load_pair(setting: Setting):
+    """The loaded (target, draft); the Qwen pair downloads its GGUF files on first use."""
+    target_name, draft_name = model_names(setting.models)
+    if setting.toy:
+        from specjax.models.toy import load_toy
+
+        return load_toy(target_name), load_toy(draft_name)
+    from specjax import load_model
+
+    return load_model(target_name), load_model(draft_name)
+
+
+def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], list[str]]:
+    """(prompt ids, texts the target sees) of one dataset under ``setting``.
+
+    Real pairs: the first n prompts of the EAGLE suite, in the target's chat template. The toy
+    pair cannot read text, so dataset number d stands in with toy prompts d*n .. d*n + n - 1
+    (disjoint slices of ``specjax.data``'s toy suite, raw token ids, no template).
+    """
+    from specjax.data import PromptSuite, load_prompts
+
+    if setting.toy:
+        d = setting.datasets.index(dataset)
+        prompts = load_prompts("toy")[d * setting.n:(d + 1) * setting.n]
+        return [p.id for p in prompts], [p.text for p in prompts]
+    suite = PromptSuite(suite=dataset, n=setting.n, shuffle=False, chat=True)
+    prompts = suite.load()
+    return [p.id for p in prompts], suite.texts(target, prompts)
+
+
+def hardware() -> str:
+    """The device decoding ran on, in words (CPU model and cores, or the accelerator)."""
+    import jax
+
+    dev = jax.devices()[0]
+    if dev.platform != "cpu":
+        return f"{len(jax.devices())} x {dev.device_kind} ({dev.platform})"
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CPU: {model}, {os.cpu_count()} cores"
+
+
+def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
+    return json.dumps({"table": table, "dataset": dataset, "method": method.name, "K": method.K,
+                       "setting": asdict(setting)}, sort_keys=True)
+
+
+class CellStore:
+    """Cells of one table run, one JSON line each; rewritten atomically after every cell."""
+
+    def __init__(self, path: Path, resume: bool = True):
+        self.path = Path(path)
+        self.resume = resume
+        self.cells: dict[str, dict] = {}
+        if self.path.exists():  # kept on disk either way; ``resume`` decides whether to reuse
+            for line in self.path.read_text().splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.cells[row["key"]] = row
+
+    def get(self, key: str) -> dict | None:
+        """The stored cell: any earlier one with ``resume``, else only this session's."""
+        row = self.cells.get(key)
+        return row if row is not None and (self.resume or row["session"] == SESSION) else None
+
+    def put(self, row: dict) -> None:
+        self.cells[row["key"]] = row
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.cells.values()))
+        os.replace(tmp, self.path)
+
+
+def _seconds_per_prompt(per_prompt: list[dict], batch: int) -> list[float]:
+    """Each batch's wall time split over its prompts in proportion to their loop steps."""
+    out = []
+    for b in range(0, len(per_prompt), batch):
+        rows = per_prompt[b:b + batch]
+        steps = sum(r["target_calls"] for r in rows)
+        out += [r["wall_time_s"] * (r["target_calls"] / steps if steps else 1 / len(rows))
+                for r in rows]
+    return out
+
+
+def run_cell(setting: Setting, method: Method, texts: list[str], target, draft) -> dict:
+    """Decode ``texts`` with one method; per-prompt counters and timings as plain JSON."""
+    import specjax
+    from algorithms.verifiers import get_verifier
+    from specjax.drafters import ModelDrafter
+    from specjax.root_bound import RootBoundProbe
+
+    kw = {}
+    if method.verifier is not None:
+        kw = dict(draft=draft, drafter=ModelDrafter(K=method.K, L=setting.L),
+                  verifier=RootBoundProbe(verifier=get_verifier(method.verifier)))
+    start = time.perf_counter()
+    res = specjax.generate(
+        target, texts, sampling=specjax.Sampling(temperature=setting.temperature),
+        max_new_tokens=setting.max_new_tokens, seed=setting.seed,
+        batch_size=setting.batch_size,
+        compiler_options={"xla_backend_optimization_level": 0} if setting.fast_compile else None,
+        **kw)
+    elapsed = time.perf_counter() - start
+    batch = len(texts) if setting.batch_size is None else setting.batch_size
+    seconds = _seconds_per_prompt(res.per_prompt, batch)
+    prompts = [dict(new_tokens=r["new_tokens"], target_calls=r["target_calls"],
+                    accepted=r["accepted"],
+                    root_accepted=r["accepted_per_position"][0] if r["accepted_per_position"]
+                    else 0,
+                    root_bound=r.get("root_bound", 0.0), seconds=s, stop=r["stop"])
+               for r, s in zip(res.per_prompt, seconds, strict=True)]
+    return dict(prompts=prompts, wall_time_s=res.summary["wall_time_s"],
+                compile_time_s=res.summary["compile_time_s"], elapsed_s=elapsed,
+                block_efficiency=res.summary["block_efficiency"],
+                tokens_per_s=res.summary["tokens_per_s"])
+
+
+def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], out: Path,
+              resume: bool = True, log=print) -> tuple[dict, CellStore]:
+    """Every (dataset, method) cell, measured or taken from the store -> {(dataset, method): row}.
+
+    Models load only when some cell is missing. Within a dataset AR runs first, so the
+    speculative cells of this session have their baseline from the same session.
+    """
+    store = CellStore(Path(out) / "runs" / f"{table}_{preset}" / "cells.jsonl", resume=resume)
+    todo = [(d, m) for d in setting.datasets for m in methods
+            if store.get(cell_key(table, d, m, setting)) is None]
+    models = load_pair(setting) if todo else (None, None)
+    cells = {}
+    for dataset in setting.datasets:
+        texts = ids = None
+        for method in sorted(methods, key=lambda m: m.verifier is not None):  # AR first
+            key = cell_key(table, dataset, method, setting)
+            row = store.get(key)
+            if row is None:
+                if texts is None:
+                    ids, texts = prompt_texts(setting, dataset, models[0])
+                result = run_cell(setting, method, texts, *models)
+                row = dict(key=key, table=table, preset=preset, dataset=dataset,
+                           method=method.name, K=method.K, prompt_ids=ids, session=SESSION,
+                           hardware=hardware(), finished=time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                                       time.gmtime()),
+                           **result)
+                store.put(row)
+                log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}): "
+                    f"BE {row['block_efficiency']:.3f}, {row['elapsed_s']:.1f} s "
+                    f"(compile {row['compile_time_s']:.1f} s)")
+            cells[dataset, method.name] = row
+    return cells, store
+
+
+def with_overrides(setting: Setting, **over) -> Setting:
+    """``setting`` with the command-line overrides that were given (None = keep)."""
+    return replace(setting, **{k: v for k, v in over.items() if v is not None})
