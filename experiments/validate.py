@@ -102,6 +102,11 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.dataset.suite not in SUITES:
         raise ConfigError("dataset.suite",
                           f"unknown suite {cfg.dataset.suite!r}; allowed: {', '.join(SUITES)}")
+    target = str(_get(cfg, "model.target"))
+    if target.startswith("toy") and cfg.dataset.suite != "toy":
+        raise ConfigError("dataset", f"model.target={target} reads space-separated token ids, "
+                          f"not {cfg.dataset.suite!r} text; the toy models take dataset=toy "
+                          "only (or use model=smollm2 / model=qwen-coder for text suites)")
     check_verifier_available(cfg)
 
 

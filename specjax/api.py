@@ -88,6 +88,43 @@ def _encode(target, prompts, chat: bool) -> list[list[int]]:
     return out
 
 
+def _context(loaded) -> int:
+    """Positions a loaded model can attend over: the GGUF context length, else ``model.max_len``
+    (the toys). The engine sizes its cache from prompt + max_new_tokens, so this is the limit."""
+    config = getattr(loaded, "config", None)
+    return int(getattr(config, "context_length", None) or loaded.model.max_len)
+
+
+def _check_lengths(ids: list[list[int]], max_new_tokens: int, models) -> None:
+    """Every prompt plus ``max_new_tokens`` must fit each model's context (before compiling)."""
+    for loaded in models:
+        limit = _context(loaded)
+        for i, p in enumerate(ids):
+            if len(p) + max_new_tokens > limit:
+                fix = (f"lower max_new_tokens to at most {limit - len(p)} or shorten the prompt"
+                       if len(p) < limit else f"shorten the prompt to under {limit} tokens")
+                raise ValueError(
+                    f"prompts: prompt {i} has {len(p)} tokens; with max_new_tokens="
+                    f"{max_new_tokens} it needs {len(p) + max_new_tokens} positions, over the "
+                    f"{limit}-token context of {getattr(loaded, 'name', 'the model')!r}; {fix}")
+
+
+def _raise_nonfinite(counters: dict, n_prompts: int) -> None:
+    """The loop stopped a sequence whose laws were NaN/inf (nothing was sampled from them)."""
+    from specjax.engine import NONFINITE_DRAFT
+
+    bad = np.flatnonzero(counters["nonfinite"][:n_prompts])
+    if bad.size:
+        i = int(bad[0])
+        which = "the drafter's laws q" if counters["nonfinite"][i] == NONFINITE_DRAFT else (
+            "the target's logits")
+        raise ValueError(
+            f"prompts: prompt {i}: {which} were not finite (NaN/inf) after "
+            f"{int(counters['new_tokens'][i])} generated tokens; generation stopped there "
+            f"(no token was sampled from them; {bad.size} prompt(s) affected: "
+            f"{', '.join(map(str, bad[:10].tolist()))})")
+
+
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
@@ -113,6 +150,8 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     verifier = _resolve_verifier(verifier, drafter)
     dmodule = drafter.module(target, draft) if drafter is not None else None
     ids = _encode(target, prompts, chat)
+    _check_lengths(ids, max_new_tokens, [target] if dmodule is None or draft is None
+                   else [target, draft])
     B = len(ids) if batch_size is None else int(batch_size)
     if B < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
@@ -174,6 +213,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         wall += batch_wall[-1]
         outs.append({k: np.asarray(v) for k, v in out.items()})
     counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
+    _raise_nonfinite(counters, len(ids))
 
     tokens, texts, per_prompt = [], [], []
     eos = set(loop.eos_ids)

@@ -42,6 +42,22 @@ class SeqState:
     accepted: Int[Array, ""]  # sum of tau
     accepted_per_position: Int[Array, " L"]  # how often draft position i was accepted (i < tau)
     hit_eos: Bool[Array, ""]
+    # 0, or which model's laws held NaN/inf and stopped this sequence (nothing sampled from them):
+    # NONFINITE_TARGET or NONFINITE_DRAFT.
+    nonfinite: Int[Array, ""]
+
+
+#: ``SeqState.nonfinite`` codes (the host turns them into an error naming the prompt).
+NONFINITE_TARGET, NONFINITE_DRAFT = 1, 2
+
+
+def nonfinite_logits(logits: Array) -> Bool[Array, ""]:
+    """True iff some row has no usable law: a NaN or +inf entry, or every entry -inf.
+
+    One max over the vocabulary: it propagates NaN, is +inf if any entry is, and is -inf only
+    when the whole row is (single -inf entries are legitimate masks and stay accepted).
+    """
+    return ~jnp.all(jnp.isfinite(jnp.max(logits, axis=-1)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +115,8 @@ class DecodeLoop:
             drafter_state=ds, verifier_state=vs, key=key,
             done=(length < 1) | (self.max_new_tokens < 1), steps=zero, drafter_calls=zero,
             new_tokens=zero, accepted=zero,
-            accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False))
+            accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False),
+            nonfinite=zero)
 
     @property
     def tree_sizes(self) -> tuple[int, ...]:
@@ -122,8 +139,9 @@ class DecodeLoop:
         logits, cache = score_root(target, st.cache, st.history[st.n - 1], self.target_scratch)
         emitted = self.sampling.draw(k_verify, logits)[None]
         cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
+        bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET, 0)
         return self._advance(st, emitted, jnp.int32(1), jnp.int32(0), cache,
-                             st.drafter_state, st.verifier_state)
+                             st.drafter_state, st.verifier_state, bad)
 
     def propose(self, dmodel, st: SeqState):
         k_draft, _ = self._keys(st)
@@ -143,12 +161,16 @@ class DecodeLoop:
         tau = verdict.num_emitted - 1
         cache = commit_path(target, cache, slot, verdict.draft_index, tau)
         ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
-        return self._advance(st, verdict.tokens, verdict.num_emitted, tau, cache, ds, vs)
+        # q is the drafter's law after the sampling transform: NaN iff its logits were unusable.
+        bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET,
+                        jnp.where(jnp.all(jnp.isfinite(q)), 0, NONFINITE_DRAFT))
+        return self._advance(st, verdict.tokens, verdict.num_emitted, tau, cache, ds, vs, bad)
 
-    def _advance(self, st: SeqState, emitted, num, tau, cache, ds, vs) -> SeqState:
-        # Truncate at max_new_tokens and after the first EOS (EOS itself is kept).
+    def _advance(self, st: SeqState, emitted, num, tau, cache, ds, vs, bad) -> SeqState:
+        # Truncate at max_new_tokens and after the first EOS (EOS itself is kept). A step whose
+        # laws were not finite (``bad`` != 0) emits nothing and stops the sequence.
         idx = jnp.arange(emitted.shape[0])
-        count = jnp.minimum(num, self.max_new_tokens - st.new_tokens)
+        count = jnp.where(bad > 0, 0, jnp.minimum(num, self.max_new_tokens - st.new_tokens))
         hit_eos = jnp.bool_(False)
         if self.eos_ids:  # static: no EOS logic at all (and no constant folding) without EOS ids
             is_eos = jnp.isin(emitted, jnp.asarray(self.eos_ids, jnp.int32)) & (idx < count)
@@ -162,7 +184,8 @@ class DecodeLoop:
             drafter_calls=st.drafter_calls + (self.drafter.calls_per_step() if self.drafter else 0),
             new_tokens=new_tokens, accepted=st.accepted + tau,
             accepted_per_position=st.accepted_per_position + (jnp.arange(self.L) < tau),
-            done=hit_eos | (new_tokens >= self.max_new_tokens), hit_eos=hit_eos)
+            done=hit_eos | (new_tokens >= self.max_new_tokens) | (bad > 0), hit_eos=hit_eos,
+            nonfinite=jnp.asarray(bad, jnp.int32))
         # A finished sequence keeps its state. Its target cache is the exception: nothing reads it
         # again, and selecting it back would rewrite the whole KV cache on every step.
         kept = jax.tree.map(lambda old, nw: jnp.where(st.done, old, nw), st.replace(cache=()),
@@ -208,4 +231,4 @@ class DecodeLoop:
                             target_calls=st.steps,
                             drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,
                             accepted=st.accepted, accepted_per_position=st.accepted_per_position,
-                            hit_eos=st.hit_eos)
+                            hit_eos=st.hit_eos, nonfinite=st.nonfinite)

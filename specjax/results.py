@@ -67,6 +67,8 @@ def write_results(run_dir: str | os.PathLike, prompt_rows: list[dict[str, Any]],
         for row in prompt_rows:
             f.write(json.dumps({"type": "prompt", **row}, default=to_json) + "\n")
         f.write(json.dumps({"type": "summary", **summary}, default=to_json) + "\n")
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename publishes it (a crash, not only a kill)
     os.replace(tmp, path)
     return path
 

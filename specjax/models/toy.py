@@ -153,7 +153,11 @@ class ToyTokenizer:
     bos_id: int | None = None
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        ids = [int(t) for t in text.split()]
+        try:
+            ids = [int(t) for t in text.split()]
+        except ValueError:
+            raise ValueError(f"toy tokenizer: text must be space-separated token ids (the toy "
+                             f"models take dataset=toy only), got {text[:40]!r}") from None
         if any(not 0 <= t < self.vocab_size for t in ids):
             raise ValueError(f"toy tokenizer: ids must be in [0, {self.vocab_size}), got {ids}")
         return ids
@@ -203,11 +207,15 @@ class ToyLoaded:
 
 
 TOY_NAMES = ("toy-target", "toy-draft")
+#: Context order of the named toys: the law reads the last 3 tokens, so a KV-cache error two
+#: tokens back (not only at the pending token's neighbour) changes the law at T > 0 too.
+#: Tables have (V+1)^3 rows: 125 at V=4, 729 at V=8.
+TOY_ORDER = 3
 _NAME = re.compile(r"^toy-(target|draft)(?:-v(\d+))?$")
 
 
 def load_toy(name: str, *, eos_ids: tuple[int, ...] = ()) -> ToyLoaded:
-    """``toy-target`` / ``toy-draft`` (V=4), optionally ``-v<V>`` with 2 ≤ V ≤ 8.
+    """``toy-target`` / ``toy-draft`` (V=4), optionally ``-v<V>`` with 2 ≤ V ≤ 8; order 3.
 
     The draft is half the target's law plus half an independent law, so drafts are accepted
     often enough to exercise long accepted prefixes and full-block bonus tokens.
@@ -219,10 +227,11 @@ def load_toy(name: str, *, eos_ids: tuple[int, ...] = ()) -> ToyLoaded:
     V = int(m.group(2) or 4)
     kind = m.group(1)
     if kind == "target":
-        tables = make_tables(V, order=2, seed=V, num_layers=2)
+        tables = make_tables(V, order=TOY_ORDER, seed=V, num_layers=2)
     else:
-        tables = make_tables(V, order=2, seed=V, num_layers=2, mix=0.5, mix_seed=100 + V)
-    return ToyLoaded(name=name, model=ToyLM(tables, order=2), eos_ids=tuple(eos_ids))
+        tables = make_tables(V, order=TOY_ORDER, seed=V, num_layers=2, mix=0.5,
+                             mix_seed=100 + V)
+    return ToyLoaded(name=name, model=ToyLM(tables, order=TOY_ORDER), eos_ids=tuple(eos_ids))
 
 
 __all__ = ["ToyCache", "ToyLM", "ToyLoaded", "ToyTokenizer", "load_toy", "make_tables"]

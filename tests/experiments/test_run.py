@@ -109,6 +109,7 @@ INVALID = [
     (["drafter=ngram", "drafter.K=3", "verifier=spectr_gbv"], "verifier"),
     (["model.draft=toy-draft-v8"], "model.draft"),  # V=8 draft for a V=4 target
     (["model.target=toy-unknown"], "model.target"),
+    (["dataset=humaneval"], "dataset"),  # the toy models read token ids: dataset=toy only
     (["drafter=ngram", "drafter.min_ngram=3", "drafter.max_ngram=2"], "drafter.max_ngram"),
     (["verifier._target_=algorithms.verifiers.nope.Nope"], "verifier"),
 ]
