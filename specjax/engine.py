@@ -96,17 +96,31 @@ class DecodeLoop:
     def draft_scratch(self) -> int:
         return self.drafter.scratch() if self.drafter else 0
 
+    @property
+    def target_features(self) -> bool:
+        """The drafter reads the target's features (EAGLE, Medusa): prefill and the tree pass
+        also return them and ``init_state`` / ``update`` get ``features=``. Static; every other
+        drafter compiles the same loop as before."""
+        return bool(getattr(self.drafter, "target_features", False))
+
+
     # --- per sequence -----------------------------------------------------------------------------
     def init(self, target, dmodel, prompt: Int[Array, " P"], length: Int[Array, ""],
              key: Array) -> SeqState:
         T = self.history_len
         n = jnp.maximum(length, 1)  # length 0 marks a padding row: kept done from the start
         P = self.prompt_pad
-        cache = prefill(target, target.init_cache(T, P), prompt, n, P)
+        extra = {}
+        if self.target_features:
+            cache, extra["features"] = prefill(target, target.init_cache(T, P), prompt, n, P,
+                                               features=True)
+        else:
+            cache = prefill(target, target.init_cache(T, P), prompt, n, P)
         cache = target.with_scratch(cache, self.target_scratch)
         ds, vs = (), ()
         if self.drafter is not None:
-            ds = self.drafter.init_state(dmodel, prompt, n, max_len=T, scratch=self.draft_scratch)
+            ds = self.drafter.init_state(dmodel, prompt, n, max_len=T, scratch=self.draft_scratch,
+                                         **extra)
             vs = self.verifier.init_state(self.L, self.vocab_size)
         zero = jnp.int32(0)
         return SeqState(
@@ -151,16 +165,19 @@ class DecodeLoop:
 
     def score(self, target, st: SeqState, drafts, nodes: int):
         return score_tree(target, st.cache, st.history[st.n - 1], drafts, self.target_scratch,
-                          nodes)
+                          nodes, features=self.target_features)
 
-    def finish(self, target, dmodel, st: SeqState, drafts, q, ds, logits, cache, slot):
+    def finish(self, target, dmodel, st: SeqState, drafts, q, ds, logits, cache, slot,
+               features=None):
         """Verify the scored drafts, commit the accepted path, advance the bookkeeping."""
         _, k_verify = self._keys(st)
         verdict, vs = self.verifier(k_verify, drafts, q, self.sampling(logits),
                                     st.verifier_state)
         tau = verdict.num_emitted - 1
         cache = commit_path(target, cache, slot, verdict.draft_index, tau)
-        ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch)
+        extra = {} if features is None else {"features": features}
+        ds = self.drafter.update(dmodel, ds, drafts, verdict, st.n, scratch=self.draft_scratch,
+                                 **extra)
         # q is the drafter's law after the sampling transform: NaN iff its logits were unusable.
         bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET,
                         jnp.where(jnp.all(jnp.isfinite(q)), 0, NONFINITE_DRAFT))
@@ -203,14 +220,14 @@ class DecodeLoop:
 
         sizes = self.tree_sizes
         if len(sizes) == 1:
-            logits, cache, slot = scored(sizes[0])()
+            scores = scored(sizes[0])()
         else:  # the batch runs the smallest tree that holds all its distinct nodes
             distinct = jax.vmap(lambda d: trie(d)[1])(drafts)
             need = 1 + jnp.max(jnp.where(st.done, 0, distinct))
             which = jnp.sum(need > jnp.asarray(sizes[:-1]))
-            logits, cache, slot = jax.lax.switch(which, [scored(n) for n in sizes])
-        return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(
-            st, drafts, q, ds, logits, cache, slot)
+            scores = jax.lax.switch(which, [scored(n) for n in sizes])
+        # (logits, cache, slot), plus the features when the drafter reads them
+        return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(st, drafts, q, ds, *scores)
 
     # --- whole batch (jit this with the loop object static) ---------------------------------------
     def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],

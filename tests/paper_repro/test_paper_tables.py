@@ -1,0 +1,244 @@
+"""Issue 11's paper tables on the toy pair: Table 1 end to end (tiny preset), resume, CIs, the
+lossless column, the gap to the optimum; the repo table and ablations on synthetic cells (the real
+tiny runs are marked slow); preset resolution for the Qwen pair without loading it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from paper_repro import ablations, bootstrap, cells, table1, table_repo
+from specjax.data import load_prompts
+
+TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "spectr_gbv",
+               "multipath_block", "traversal"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tables")
+    return out, table1.main(["--preset", "tiny", "--out", str(out)])
+
+
+def _ci_triples(obj):
+    """Every (point, lo, hi) triple in a result tree, with its path."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k in ("BE", "SR", "gap") and isinstance(v, list | tuple):
+                yield k, v
+            else:
+                yield from _ci_triples(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _ci_triples(v)
+
+
+def test_table1_has_every_row_dataset_and_column(tiny):
+    out, res = tiny
+    assert [r["method"] for r in res["rows"]] == TABLE1_ROWS
+    assert [r["K"] for r in res["rows"]] == [1, 1, 1, 1, 3, 3, 3, 3, 3]
+    for r in res["rows"]:
+        assert list(r["datasets"]) == ["humaneval", "gsm8k", "alpaca"]
+        for c in r["datasets"].values():
+            assert {"BE", "SR"} <= set(c)
+            assert ("gap" in c) == (r["method"] != "ar")
+    md = (out / "table1_tiny.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| method | K |"))
+    assert header.count("BE") == 3 and header.count("SR") == 3 and "lossless" in header
+    body = md.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    assert len(body) == 9 and all(line.count("|") == 10 for line in body)
+    for needed in ("**Hardware:**", "8 prompts per dataset", "24 new tokens per prompt",
+                   "**Wall time:**", "bootstrap", "## Gap to the optimum",
+                   "## SpecTr-GBV's relative gains, ours beside the paper's", "+12.4", "+29.3"):
+        assert needed in md
+    assert json.loads((out / "table1_tiny.json").read_text())["rows"] == json.loads(
+        json.dumps(res["rows"]))
+
+
+def test_cis_contain_their_point_estimates(tiny):
+    _, res = tiny
+    triples = list(_ci_triples(res["rows"])) + list(_ci_triples(res["gains"]))
+    assert len(triples) > 9 * 3 * 2
+    for name, (point, lo, hi) in triples:
+        assert lo - 1e-9 <= point <= hi + 1e-9, (name, point, lo, hi)
+    # Not degenerate: prompts differ, so some BE intervals have width
+    assert any(hi - lo > 0.05 for name, (_, lo, hi) in triples if name == "BE")
+
+
+def test_lossless_rows_and_the_checker_verdict(tiny):
+    _, res = tiny
+    by = {r["method"]: r for r in res["rows"]}
+    assert by["spectr_gbv"]["lossless"] is False and by["spectr_gbv"]["checker_tv"] > 1e-3
+    assert "**NO**" in by["spectr_gbv"]["lossless_text"]
+    for name in TABLE1_ROWS:
+        if name != "spectr_gbv":
+            assert by[name]["lossless"], name
+    for r in res["rows"]:
+        if r["lossless"]:
+            for c in r["datasets"].values():
+                assert c["BE"][0] >= 1.0
+    assert all(c["BE"][0] == 1.0 for c in by["ar"]["datasets"].values())
+
+
+def test_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
+    # sum 1{tau>=1} <= sum alpha* in expectation; pooled over 24 prompts a wrong bound (wrong K,
+    # wrong position) would show as a fraction far above 1.
+    out, res = tiny
+    rows = [json.loads(x) for x in
+            (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
+    for name in ("token", "block", "specinfer", "spectr", "multipath_block", "traversal"):
+        ps = [p for r in rows if r["method"] == name for p in r["prompts"]]
+        acc = sum(p["root_accepted"] for p in ps)
+        bound = sum(p["root_bound"] for p in ps)
+        steps = sum(p["target_calls"] for p in ps)
+        assert 0 < bound <= steps + 1e-3
+        assert acc <= bound + 2.0 * np.sqrt(bound), name
+
+
+def test_every_method_saw_the_same_prompts(tiny):
+    out, _ = tiny
+    rows = [json.loads(x) for x in
+            (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
+    assert len(rows) == 27
+    for d in ("humaneval", "gsm8k", "alpaca"):
+        ids = {tuple(r["prompt_ids"]) for r in rows if r["dataset"] == d}
+        assert len(ids) == 1 and len(next(iter(ids))) == 8
+    slices = {r["dataset"]: r["prompt_ids"][0] for r in rows}
+    assert slices == {"humaneval": "toy/0", "gsm8k": "toy/8", "alpaca": "toy/16"}
+
+
+def test_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch):
+    out, res = tiny
+    store = out / "runs" / "table1_tiny" / "cells.jsonl"
+    lines = store.read_text().splitlines()
+    # A run killed before its last cell: that cell alone is decoded again.
+    store.write_text("\n".join(line for line in lines
+                               if json.loads(line)["method"] != "traversal"
+                               or json.loads(line)["dataset"] != "alpaca") + "\n")
+    real, calls = cells.run_cell, []
+
+    def counting(setting, method, texts, target, draft):
+        calls.append(method.name)
+        return real(setting, method, texts, target, draft)
+
+    monkeypatch.setattr(cells, "run_cell", counting)
+    again = table1.main(["--preset", "tiny", "--out", str(out)])
+    assert calls == ["traversal"]
+    assert len(store.read_text().splitlines()) == 27
+    for a, b in zip(res["rows"], again["rows"], strict=True):
+        if a["method"] != "traversal":
+            assert a["datasets"] == b["datasets"]
+
+
+def _fake_cell(setting, method, texts, target, draft):
+    """Deterministic synthetic counters: BE grows with K and L, AR is slower per token."""
+    rng = np.random.default_rng(len(texts) + 7 * method.K + setting.L)
+    prompts = []
+    for _ in texts:
+        calls = setting.max_new_tokens if method.verifier is None else int(
+            setting.max_new_tokens / (1 + 0.3 * method.K * np.log(setting.L) * rng.uniform(0.5, 1)))
+        calls = max(calls, 1)
+        prompts.append(dict(new_tokens=setting.max_new_tokens, target_calls=calls,
+                            accepted=setting.max_new_tokens - calls,
+                            root_accepted=int(0.6 * calls), root_bound=0.8 * calls,
+                            seconds=0.01 * calls * (1 if method.verifier is None else 1.5),
+                            stop="length"))
+    return dict(prompts=prompts, wall_time_s=sum(p["seconds"] for p in prompts),
+                compile_time_s=0.0, elapsed_s=0.1, block_efficiency=0.0, tokens_per_s=0.0)
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    monkeypatch.setattr(cells, "run_cell", _fake_cell)
+    monkeypatch.setattr(cells, "load_pair", lambda setting: (None, None))
+    monkeypatch.setattr(cells, "prompt_texts",
+                        lambda setting, d, target: ([f"{d}/{i}" for i in range(setting.n)],
+                                                    ["x"] * setting.n))
+
+
+@pytest.mark.parametrize("which", ["K", "L", "T"])
+def test_ablation_tables_and_figures(which, fake_runs, tmp_path):
+    res = ablations.main(["--preset", "tiny", "--which", which, "--out", str(tmp_path)])
+    grid = ablations.GRIDS[which]
+    n_methods = {"K": 5, "L": 5, "T": 8}[which]
+    assert len(res["rows"]) == n_methods * len(grid)
+    assert all(("SR" in r) == (which != "T") for r in res["rows"])
+    md = (tmp_path / f"ablation_{which}_tiny.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table) == 1 + n_methods and table[0].count("|") == len(grid) + 2
+    png = (tmp_path / f"ablation_{which}_tiny.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    for _, (p, lo, hi) in _ci_triples(res["rows"]):
+        assert lo - 1e-9 <= p <= hi + 1e-9
+    if which == "K":  # the synthetic BE grows with K: the table must carry that through
+        be = {r["value"]: r["BE"][0] for r in res["rows"] if r["method"] == "traversal"}
+        assert be[7] > be[1]
+
+
+def test_repo_table_uses_the_repository_setting(fake_runs, tmp_path):
+    res = table_repo.main(["--preset", "full", "--out", str(tmp_path)])
+    s = res["setting"]
+    assert (s["K"], s["L"], s["temperature"], s["max_new_tokens"], s["n"]) == (7, 6, 0.7, 64, 32)
+    assert s["datasets"] == ("humaneval",) or s["datasets"] == ["humaneval"]
+    assert [r["K"] for r in res["rows"]][-1] == 7
+    md = (tmp_path / "table_repo_full.md").read_text()
+    assert "32 prompts per dataset" in md and "+12.4" not in md  # no paper gains at K = 7
+
+
+def test_presets_resolve_to_the_qwen_pair_without_loading_it():
+    from specjax.models.loader import MODEL_NAMES
+
+    for presets in (table1.PRESETS, table_repo.PRESETS, ablations.PRESETS):
+        for name in ("cpu", "full"):
+            target, draft = cells.model_names(presets[name].models)
+            assert (target, draft) == ("qwen2.5-coder-1.5b-instruct",
+                                       "qwen2.5-coder-0.5b-instruct")
+            assert {target, draft} <= set(MODEL_NAMES)
+        assert cells.model_names(presets["tiny"].models) == ("toy-target", "toy-draft")
+    cpu, full = table1.PRESETS["cpu"], table1.PRESETS["full"]
+    assert (cpu.K, cpu.L, cpu.temperature) == (3, 8, 0.4)
+    assert cpu.n >= 8 and cpu.max_new_tokens >= 64
+    assert (full.n, full.max_new_tokens) == (80, 128)
+
+
+def test_real_prompts_are_the_first_n_of_each_suite_in_the_chat_template():
+    class Target:  # the tokenizer-free part of a loaded model that prompt_texts touches
+        def apply_chat_template(self, messages, add_generation_prompt=True):
+            return "<user>" + messages[0]["content"] + "<assistant>"
+
+    setting = table1.PRESETS["cpu"]
+    for d in setting.datasets:
+        ids, texts = cells.prompt_texts(setting, d, Target())
+        suite = load_prompts(d)
+        assert ids == [p.id for p in suite[:8]]
+        assert texts == [f"<user>{p.text}<assistant>" for p in suite[:8]]
+
+
+def test_bootstrap_is_seeded_paired_and_covers_the_ratio():
+    num = np.array([10.0, 20, 30, 40])
+    den = np.array([5.0, 5, 10, 10])
+    a = bootstrap.estimate(bootstrap.ratio(num, den), 4)
+    b = bootstrap.estimate(bootstrap.ratio(num, den), 4)
+    assert a == b and a[0] == pytest.approx(100 / 30)
+    assert a[1] < a[0] < a[2]
+    same = bootstrap.estimate(bootstrap.ratio(np.full(5, 3.0), np.ones(5)), 5)
+    assert same == pytest.approx((3.0, 3.0, 3.0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["K", "L", "T"])
+def test_ablation_tiny_for_real(which, tmp_path):
+    values = {"K": "1,2", "L": "2,4", "T": "0.1,0.7"}[which]
+    methods = "token,traversal" if which == "L" else "spectr_gbv,traversal"
+    res = ablations.main(["--preset", "tiny", "--which", which, "--values", values,
+                          "--methods", methods, "--out", str(tmp_path)])
+    assert len(res["rows"]) == 4
+    assert (tmp_path / f"ablation_{which}_tiny.png").exists()
+
+
+@pytest.mark.slow
+def test_repo_table_tiny_for_real(tmp_path):
+    res = table_repo.main(["--preset", "tiny", "--out", str(tmp_path)])
+    assert [r["method"] for r in res["rows"]] == TABLE1_ROWS
