@@ -103,7 +103,6 @@ class DecodeLoop:
         drafter compiles the same loop as before."""
         return bool(getattr(self.drafter, "target_features", False))
 
-
     # --- per sequence -----------------------------------------------------------------------------
     def init(self, target, dmodel, prompt: Int[Array, " P"], length: Int[Array, ""],
              key: Array) -> SeqState:

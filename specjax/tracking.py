@@ -23,6 +23,9 @@ class Tracker(Protocol):
     def log_table(self, name: str, rows: list[dict[str, Any]]) -> None:
         """One row per prompt (same keys in every row)."""
 
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """Scalars at a training step (``specjax-train``: loss, lr, eval metrics)."""
+
     def log_summary(self, metrics: dict[str, Any]) -> None:
         """Final scalar metrics of the run."""
 
@@ -36,6 +39,9 @@ class NoneTracker:
         pass
 
     def log_table(self, name, rows):
+        pass
+
+    def log(self, metrics, step):
         pass
 
     def log_summary(self, metrics):
@@ -64,6 +70,9 @@ class JsonlTracker:
 
     def log_table(self, name, rows):
         self._write({"event": "table", "name": name, "rows": rows})
+
+    def log(self, metrics, step):
+        self._write({"event": "metrics", "step": step, "metrics": metrics})
 
     def log_summary(self, metrics):
         self._write({"event": "summary", "metrics": metrics})
@@ -102,6 +111,9 @@ class WandbTracker:
         columns = list(rows[0])
         data = [[_scalar(r.get(c)) for c in columns] for r in rows]
         self.run.log({name: wandb.Table(columns=columns, data=data)})
+
+    def log(self, metrics, step):
+        self.run.log(metrics, step=step)
 
     def log_summary(self, metrics):
         self.run.summary.update(metrics)

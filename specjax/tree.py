@@ -25,10 +25,11 @@ def causal_mask(n: int, scratch: int) -> np.ndarray:
 
 
 def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int[Array, ""],
-            scratch: int) -> Cache:
+            scratch: int, *, features: bool = False):
     """Cache the prompt's first ``length - 1`` tokens; the last prompt token stays pending.
 
     ``prompt`` is right-padded to a static P; padded nodes are computed but never committed.
+    ``features=True`` returns ``(cache, features [P, D])`` (``model.forward_features``).
     """
     P = prompt.shape[0]
     pos = jnp.arange(P, dtype=jnp.int32)
@@ -36,7 +37,11 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
     # attention over the empty committed block, once per layer, for seconds each. min(n, 0)
     # is still 0 but depends on a runtime value, so nothing is folded.
     cache = cache.replace(length=cache.length + jnp.minimum(length, 0).astype(jnp.int32))
-    _, cache = model.forward(prompt, pos, pos, jnp.asarray(causal_mask(P, scratch)), cache)
+    mask = jnp.asarray(causal_mask(P, scratch))
+    if features:
+        _, h, cache = model.forward_features(prompt, pos, pos, mask, cache)
+        return model.commit(cache, pos, length - 1), h
+    _, cache = model.forward(prompt, pos, pos, mask, cache)
     return model.commit(cache, pos, length - 1)
 
 
@@ -77,7 +82,7 @@ def trie(drafts: Int[Array, "K L"]) -> tuple[Int[Array, "K L"], Int[Array, ""]]:
 
 
 def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[Array, "K L"],
-               scratch: int, nodes: int | None = None
+               scratch: int, nodes: int | None = None, *, features: bool = False
                ) -> tuple[Float[Array, "K L+1 V"], Cache, Int[Array, "K L"]]:
     """Target logits at every drafted prefix, [K, L+1, V], from one forward over the trie.
 
@@ -85,7 +90,8 @@ def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[
     caller that knows the drafts have fewer distinct prefixes passes fewer), the distinct nodes
     first and padding after, and the [K, L+1, V] laws are gathered back from their slots.
     Returns the laws, the cache (KV of the scored nodes in scratch) and ``slot[k, j]``, which
-    ``commit_path`` needs.
+    ``commit_path`` needs. ``features=True`` appends the target's features at the same
+    positions, [K, L+1, D] (``model.forward_features``), for drafters that read them.
     """
     K, L = drafts.shape
     N = 1 + K * L if nodes is None else nodes
@@ -101,10 +107,16 @@ def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[
     mask = jnp.zeros((N, scratch), bool).at[:, 0].set(True)
     mask = mask.at[jnp.where(below, rows, N), cols].set(True, mode="drop")
     mask = mask.at[jnp.arange(N), jnp.arange(N)].set(True)  # padding rows see themselves
-    logits, cache = model.forward(tokens, positions, jnp.arange(N, dtype=jnp.int32), mask, cache)
-    V = logits.shape[-1]
-    root_logits = jnp.broadcast_to(logits[0], (K, 1, V))
-    return jnp.concatenate([root_logits, logits[slot]], axis=1), cache, slot
+    args = (tokens, positions, jnp.arange(N, dtype=jnp.int32), mask, cache)
+    if features:
+        logits, h, cache = model.forward_features(*args)
+    else:
+        logits, cache = model.forward(*args)
+    gather = lambda a: jnp.concatenate(  # noqa: E731 (root row for every draft, then its nodes)
+        [jnp.broadcast_to(a[0], (K, 1, a.shape[-1])), a[slot]], axis=1)
+    if features:
+        return gather(logits), cache, slot, gather(h)
+    return gather(logits), cache, slot
 
 
 def commit_path(model: CausalLM, cache: Cache, slot: Int[Array, "K L"],

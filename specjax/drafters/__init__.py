@@ -2,18 +2,21 @@
 
 ``ModelDrafter`` (a separate small model), ``NgramDrafter`` (prompt lookup, one-hot q),
 ``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
-multi-drafting on a draft model). All are frozen dataclasses following
+multi-drafting on a draft model), ``EagleDrafter`` / ``MedusaDrafter`` (trained heads on the
+target's features, ``specjax-train``). All are frozen dataclasses following
 ``specjax.drafters.base.Drafter``.
 """
 
 from specjax.drafters.base import Drafter
+from specjax.drafters.eagle import EagleDrafter
 from specjax.drafters.early_exit import EarlyExitDrafter
 from specjax.drafters.greedy import GreedyDrafter
+from specjax.drafters.medusa import MedusaDrafter
 from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
 
 DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter,
-            "greedy": GreedyDrafter}
+            "greedy": GreedyDrafter, "eagle": EagleDrafter, "medusa": MedusaDrafter}
 
 
 def get_drafter(name: str, **options) -> Drafter:
@@ -22,5 +25,5 @@ def get_drafter(name: str, **options) -> Drafter:
     return DRAFTERS[name](**options)
 
 
-__all__ = ["DRAFTERS", "Drafter", "EarlyExitDrafter", "GreedyDrafter", "ModelDrafter",
-           "NgramDrafter", "get_drafter"]
+__all__ = ["DRAFTERS", "Drafter", "EagleDrafter", "EarlyExitDrafter", "GreedyDrafter",
+           "MedusaDrafter", "ModelDrafter", "NgramDrafter", "get_drafter"]

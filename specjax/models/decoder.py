@@ -165,10 +165,22 @@ class Decoder(nnx.Module):
         return Decoder(self.config, self, active_layers=n)
 
     def _head(self, x: Float[Array, "N D"]) -> Float[Array, "N V"]:
-        x = rms_norm(x, self.final_norm[...], self.config.rms_eps)
+        return self.read_out(self.features_of(x))
+
+    def features_of(self, x: Float[Array, "N D"]) -> Float[Array, "N D"]:
+        """The last hidden state as the head reads it (after the final norm): the feature that
+        EAGLE / Medusa drafters take from the target."""
+        return rms_norm(x, self.final_norm[...], self.config.rms_eps)
+
+    def read_out(self, h: Float[Array, "N D"], *, differentiable: bool = False
+                 ) -> Float[Array, "N V"]:
+        """Logits from normed features. ``tied_head``'s custom_vmap has no reverse-mode rule, so
+        training (``differentiable=True``) takes a plain contraction with the same result."""
         if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
-            return tied_head(x, self.embed[...])
-        return x @ self.lm_head[...]
+            if differentiable:
+                return jnp.einsum("...d,vd->...v", h, self.embed[...])
+            return tied_head(h, self.embed[...])
+        return h @ self.lm_head[...]
 
     # ---- the cached contract -----------------------------------------------------------------
 
@@ -201,16 +213,33 @@ class Decoder(nnx.Module):
         mask: Bool[Array, "N S"],
         cache: KVCache,
     ) -> tuple[Float[Array, "N V"], KVCache]:
-        (N,) = tokens.shape
+        x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
+        return self._head(x), cache
+
+    def forward_features(self, tokens, positions, slots, mask, cache: KVCache
+                         ) -> tuple[Float[Array, "N V"], Float[Array, "N D"], KVCache]:
+        """``forward`` that also returns each node's feature (``features_of``), for drafters
+        that read the target's hidden states; the computation is the same."""
+        x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
+        h = self.features_of(x)
+        return self.read_out(h), h, cache
+
+    def _forward_hidden(self, tokens, positions, slots, mask, cache: KVCache):
+        return self.layers_forward(self.embed[...][tokens], positions, slots, mask, cache)
+
+    def layers_forward(self, x: Float[Array, "N D"], positions, slots, mask, cache: KVCache
+                       ) -> tuple[Float[Array, "N D"], KVCache]:
+        """The cached layer stack on given inputs (an EAGLE head feeds its own, not embeddings);
+        returns the residual stream after the last layer."""
+        N = x.shape[0]
         M, S = cache.max_len, cache.scratch
         if positions.shape != (N,) or slots.shape != (N,) or mask.shape != (N, S):
             raise ValueError(
-                f"forward: tokens {tokens.shape} needs positions and slots of shape {(N,)} and "
+                f"forward: tokens {(N,)} needs positions and slots of shape {(N,)} and "
                 f"mask of shape {(N, S)}; got {positions.shape}, {slots.shape}, {mask.shape}"
             )
         c = self.config
         committed = jnp.arange(M) < cache.length
-        x = self.embed[...][tokens]
         k_scratch, v_scratch = [], []
         for i in range(self.active_layers):
             w = self.layers[i].weights()
@@ -226,7 +255,7 @@ class Decoder(nnx.Module):
             x = x + attn @ w["wo"]
             x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
         cache = cache.replace(k_scratch=tuple(k_scratch), v_scratch=tuple(v_scratch))
-        return self._head(x), cache
+        return x, cache
 
     def commit(self, cache: KVCache, slots: Int[Array, " M"], n: Int[Array, ""]) -> KVCache:
         """Copy scratch ``slots[:n]`` to committed ``[length, length + n)``; advance ``length``.
@@ -248,14 +277,22 @@ class Decoder(nnx.Module):
 
     def logits(self, tokens: Int[Array, " T"]) -> Float[Array, "T V"]:
         """Full causal forward without a cache (positions 0..T-1); the equivalence reference."""
-        (T,) = tokens.shape
+        return self._head(self.hidden(tokens))
+
+    def hidden(self, tokens: Int[Array, " T"]) -> Float[Array, "T D"]:
+        """The residual stream after the last layer (before the final norm), uncached; with
+        ``features_of`` and ``read_out(differentiable=True)`` it is the training path."""
+        return self.layers_uncached(self.embed[...][tokens])
+
+    def layers_uncached(self, x: Float[Array, "T D"]) -> Float[Array, "T D"]:
+        """The layer stack on given inputs, causal over positions 0..T-1, no cache."""
+        T = x.shape[0]
         c = self.config
         positions = jnp.arange(T)
         causal = jnp.tril(jnp.ones((T, T), bool))
-        x = self.embed[...][tokens]
         for i in range(self.active_layers):
             w = self.layers[i].weights()
             q, k, v = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
             x = x + attend(q, (k.transpose(1, 0, 2),), (v.transpose(1, 0, 2),), (causal,)) @ w["wo"]
             x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
-        return self._head(x)
+        return x
