@@ -97,6 +97,11 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     console = console or Console()
     run_dir = Path(run_dir)
     drafter, verifier, sampling, dataset = _instantiate(cfg)
+    from specjax import parallel
+
+    mesh = parallel.make_mesh(**{k: cfg.mesh[k] for k in ("data", "model")}) if cfg.get(
+        "mesh") else None
+    main = parallel.is_main_process()  # of several processes, only process 0 writes and logs
     if cfg.resume and (done := read_summary(run_dir)) is not None:
         console.print(f"[bold]skipped[/]: {run_dir} already has a finished results.jsonl "
                       "(resume=false reruns it)")
@@ -104,12 +109,13 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         return done
     target, draft = _load_models(cfg, drafter)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     prompts = dataset.load()
     texts = dataset.texts(target, prompts)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                  batch_size=cfg.batch_size)
+                  batch_size=cfg.batch_size, mesh=mesh)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
     spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
                             breakdown=bool(cfg.get("breakdown", False)), **common)
@@ -134,6 +140,8 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     summary["drafter"].pop("_target_", None)
+    if not main:  # every process holds the gathered results; process 0 records them
+        return summary
     write_results(run_dir, rows, summary)
     print_table(summary, console)
     if "time_breakdown" in spec.summary:
@@ -157,6 +165,9 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
+        from specjax.parallel import initialize_distributed
+
+        initialize_distributed()  # one process of many (SLURM / JAX_* env): join them first
         run_experiment(cfg, run_dir)
     except ValueError as e:  # ConfigError, or a ValueError naming the field from specjax
         if run_dir.is_dir() and not any(run_dir.iterdir()):

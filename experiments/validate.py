@@ -17,7 +17,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-GROUPS = ("model", "drafter", "verifier", "sampling", "dataset", "logger", "experiment")
+GROUPS = ("model", "drafter", "verifier", "sampling", "dataset", "logger", "experiment",
+          "mesh")
 
 
 class ConfigError(ValueError):

@@ -128,7 +128,8 @@ def _raise_nonfinite(counters: dict, n_prompts: int) -> None:
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
-             compiler_options: dict | None = None, breakdown: bool = False) -> GenerationResult:
+             compiler_options: dict | None = None, breakdown: bool = False,
+             mesh=None) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
@@ -141,6 +142,11 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
 
     Output depends only on (models, prompt, its index, settings, seed), not on the batching:
     prompt i uses the key ``fold_in(key(seed), i)``.
+
+    ``mesh`` (``specjax.parallel.make_mesh``; None = one device) splits each batch over its
+    ``data`` axis (padded with finished rows to a multiple of it) and the target's heads and MLP
+    columns over its ``model`` axis; the loop is still one jitted call, and the tokens and
+    counters are those of one device.
     """
     target = _resolve_model(target, "target")
     draft = _resolve_model(draft, "draft")
@@ -156,25 +162,35 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     if B < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
     pad = -(-max(len(p) for p in ids) // 8) * 8  # round up: fewer recompiles across calls
+    rows = B  # per call; a mesh's data axis needs a multiple of its size (padding rows are done)
+    if mesh is not None:
+        from specjax import parallel
+
+        parallel.check_tensor_parallel(getattr(target.model, "config", None), mesh.shape["model"])
+        rows = -(-B // mesh.shape["data"]) * mesh.shape["data"]
     tgraph, tstate = nnx.split(target.model)
     dgraph, dstate = nnx.split(dmodule) if dmodule is not None else (None, None)
     loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
                       verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
                       eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
-                      max_new_tokens=max_new_tokens, prompt_pad=pad)
+                      max_new_tokens=max_new_tokens, prompt_pad=pad, mesh=mesh)
     root = jax.random.key(seed)
     n_batches = -(-len(ids) // B)
     arrays = []
     for b in range(n_batches):
         chunk = ids[b * B:(b + 1) * B]
-        P = np.zeros((B, pad), np.int32)
-        lengths = np.zeros((B,), np.int32)
+        P = np.zeros((rows, pad), np.int32)
+        lengths = np.zeros((rows,), np.int32)
         for r, p in enumerate(chunk):
             P[r, : len(p)] = p
             lengths[r] = len(p)
         keys = jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(root, i))(
-            np.arange(b * B, b * B + B)))
+            np.arange(b * B, b * B + rows)))
         arrays.append((P, lengths, keys))
+    if mesh is not None:  # weights and batches onto the mesh; outputs come back whole
+        tstate = parallel.shard_params(tstate, mesh, tensor_parallel=mesh.shape["model"] > 1)
+        dstate = parallel.shard_params(dstate, mesh, tensor_parallel=False)
+        arrays = [parallel.shard_batch(a, mesh) for a in arrays]
 
     compile_time = 0.0
     if compiler_options is None and jax.default_backend() == "cpu":
@@ -188,7 +204,9 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
             print(f"specjax: compiling the {mode} decode loop for batch {B}, prompt pad {pad}, "
                   f"{max_new_tokens} new tokens (once per shape) ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        lowered = jax.jit(loop.run).lower(tstate, dstate, *arrays[0])
+        jitted = (jax.jit(loop.run) if mesh is None
+                  else jax.jit(loop.run, out_shardings=parallel.replicated(mesh)))
+        lowered = jitted.lower(tstate, dstate, *arrays[0])
         try:
             _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
         except Exception:  # an XLA without the experimental flag: its defaults are correct too
@@ -211,7 +229,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         out = jax.block_until_ready(run(tstate, dstate, *arrays[b]))
         batch_wall.append(time.perf_counter() - t0)
         wall += batch_wall[-1]
-        outs.append({k: np.asarray(v) for k, v in out.items()})
+        outs.append({k: np.asarray(v)[:B] for k, v in out.items()})
     counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
     _raise_nonfinite(counters, len(ids))
 

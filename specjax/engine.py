@@ -73,6 +73,7 @@ class DecodeLoop:
     eos_ids: tuple[int, ...]
     max_new_tokens: int
     prompt_pad: int
+    mesh: Any = None  # a (data, model) jax.sharding.Mesh (specjax.parallel); None = one device
 
     @property
     def K(self) -> int:
@@ -228,17 +229,34 @@ class DecodeLoop:
         # (logits, cache, slot), plus the features when the drafter reads them
         return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(st, drafts, q, ds, *scores)
 
+    def shard(self, st: SeqState) -> SeqState:
+        """Pin the batch state's layout on the mesh (a no-op without one): sequences over
+        ``data``, and the target's KV blocks ``[B, KV, S, hd]`` also over ``model`` by head, to
+        match the q/k/v weights split by head (``layers.TENSOR_PARALLEL``)."""
+        if self.mesh is None:
+            return st
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        def pin(x, *axes):
+            return jax.lax.with_sharding_constraint(x, NamedSharding(self.mesh,
+                                                                     PartitionSpec(*axes)))
+
+        cache = jax.tree.map(lambda x: pin(x, "data", "model") if x.ndim == 4 else pin(x, "data"),
+                             st.cache)
+        return jax.tree.map(lambda x: pin(x, "data"), st.replace(cache=())).replace(cache=cache)
+
     # --- whole batch (jit this with the loop object static) ---------------------------------------
     def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],
             keys: Array) -> dict[str, Array]:
         target = nnx.merge(self.target_graph, target_state)
         dmodel = None if self.draft_graph is None else nnx.merge(self.draft_graph, draft_state)
         state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths, keys)
+        state = self.shard(state)
 
         def cond(st):
             return ~jnp.all(st.done)
 
-        st = jax.lax.while_loop(cond, lambda st: self.body(target, dmodel, st), state)
+        st = jax.lax.while_loop(cond, lambda st: self.shard(self.body(target, dmodel, st)), state)
         # A measurement probe wrapped around the verifier (``specjax.root_bound``) returns what
         # it summed in the verifier state; without one nothing is added.
         readout = getattr(self.verifier, "readout", None)

@@ -33,7 +33,15 @@ from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
 from specjax.models.config import IMPLEMENTED_ARCHS, ModelConfig
-from specjax.models.layers import LAYER_WEIGHTS, attend, mlp, project_qkv, rms_norm, weight_shapes
+from specjax.models.layers import (
+    LAYER_WEIGHTS,
+    TENSOR_PARALLEL,
+    attend,
+    mlp,
+    project_qkv,
+    rms_norm,
+    weight_shapes,
+)
 
 
 def _rows_times_embed(x: Float[Array, "R D"], embed: Float[Array, "V D"]) -> Float[Array, "R V"]:
@@ -82,6 +90,8 @@ class DecoderLayer(nnx.Module):
             value = weights.get(name)
             if value is not None and not isinstance(value, nnx.Param):
                 value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
+            if value is not None and name in TENSOR_PARALLEL:  # read by nnx.get_partition_spec
+                value.set_metadata(out_sharding=TENSOR_PARALLEL[name])
             setattr(self, name, value)
 
     def weights(self) -> dict:

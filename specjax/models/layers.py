@@ -20,6 +20,14 @@ NEG_INF = float(np.finfo(np.float32).min)
 LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_up", "w_down",
                  "bq", "bk", "bv")
 
+#: How a tensor-parallel ``model`` mesh axis splits each layer weight (``specjax.parallel``):
+#: q/k/v and gate/up by output columns (whole heads, MLP columns), wo and w_down by input rows,
+#: so every device holds whole heads and XLA adds one all-reduce after each block (Megatron-LM,
+#: Shoeybi et al. 2019, §3). Norms, embeddings and the head are kept whole on every device.
+TENSOR_PARALLEL = {"wq": (None, "model"), "wk": (None, "model"), "wv": (None, "model"),
+                   "bq": ("model",), "bk": ("model",), "bv": ("model",), "wo": ("model", None),
+                   "w_gate": (None, "model"), "w_up": (None, "model"), "w_down": ("model", None)}
+
 
 def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The canonical weight dict (models_shared.md): stacked over layers, y = x @ W."""
