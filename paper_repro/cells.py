@@ -214,7 +214,8 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft) 
     elapsed = time.perf_counter() - start
     batch = len(texts) if setting.batch_size is None else setting.batch_size
     seconds = _seconds_per_prompt(res.per_prompt, batch)
-    prompts = [dict(new_tokens=r["new_tokens"], target_calls=r["target_calls"],
+    prompts = [dict(prompt_tokens=r["prompt_tokens"], new_tokens=r["new_tokens"],
+                    target_calls=r["target_calls"],
                     accepted=r["accepted"],
                     root_accepted=r["accepted_per_position"][0] if r["accepted_per_position"]
                     else 0,
