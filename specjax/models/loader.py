@@ -89,6 +89,10 @@ def load_model(name: str, cache_dir=None) -> LoadedModel:
         from specjax.models.toy import load_toy
 
         return load_toy(name)
+    if name.startswith("family/"):  # a trained draft-family decoder (specjax-train)
+        from specjax.training.family import load_family
+
+        return load_family(name, cache_dir)
     if name not in MODEL_NAMES:
         raise ValueError(
             f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)} "

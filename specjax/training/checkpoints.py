@@ -46,11 +46,9 @@ def restore_params(run: Path, module: nnx.Module) -> int:
     step = mngr.latest_step()
     if step is None:
         raise ValueError(f"checkpoint: no complete checkpoint under {Path(run) / 'ckpt'}")
-    template = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+    template = nnx.state(module)  # the structure the trainer saved (``nnx.split``'s state)
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
     out = mngr.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(abstract)))
-    state = nnx.state(module, nnx.Param)
-    nnx.replace_by_pure_dict(state, out["params"])
-    nnx.update(module, state)
+    nnx.update(module, out["params"])
     return step

@@ -14,6 +14,7 @@ run that was never interrupted (the tests check parameters and optimizer state b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Any
@@ -172,7 +173,7 @@ class Trainer:
                 params, tstate, tokens)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             return optax.apply_updates(params, updates), opt_state, {
-                **metrics, "loss": loss, "grad_norm": optax.global_norm(grads)}
+                **metrics, "loss": loss, "grad_norm": optax.tree.norm(grads)}
 
         self.step = jax.jit(step, donate_argnums=(0, 1))
         self.evaluate_one = jax.jit(lambda p, t, x: loss_of(p, t, x, eval_mode=True))
@@ -252,7 +253,8 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
     final = {"kind": cfg["kind"], "target": target.name, "run_dir": str(run), "step": steps,
              "eval": last_eval, "tokens_seen": steps * B * T, "corpus": corpus.counts(),
              "wall_time_s": time.perf_counter() - t0, "module": meta["module"],
-             "params": int(sum(x.size for x in jax.tree.leaves(trainer.params)))}
+             "params": int(sum(x.size for x in jax.tree.leaves(trainer.params))),
+             "target_config": dataclasses.asdict(trainer.target.config)}
     (run / "final.json").write_text(json.dumps(final, indent=1))
     store.mark_latest(run)
     if tracker is not None:
