@@ -31,6 +31,7 @@ Writes ``<out>.md``, ``<out>.json`` and ``<out>.png``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -311,7 +312,11 @@ def main(argv=None) -> dict:
                              compiler_options=FAST if args.smoke else None)
     Bmax = max(args.batches)
     alpha = fit_alpha(measured[Bmax]["sd"]["block_efficiency"], args.L)
-    c = _params(draft) / _params(target)
+    params = _params(target), _params(draft)
+    c = params[1] / params[0]
+    del target, draft  # the mesh subprocess loads its own copy: do not hold two in memory
+    gc.collect()
+    mesh = run_mesh_overhead(args) if args.mesh_devices > 1 else None
     B1 = min(args.batches)  # one AR step emits B1 tokens
     t1 = B1 / measured[B1]["ar"]["tokens_per_s"]
     predicted = predict(args.batches, alpha=alpha, c=c, ridge=ridge, L=args.L, t1=t1)
@@ -319,7 +324,7 @@ def main(argv=None) -> dict:
         "header": {"machine": f"{os.cpu_count()}-core CPU", "argv": " ".join(argv or sys.argv[1:]),
                    "target": args.target if not args.smoke else "tiny-target",
                    "draft": args.draft if not args.smoke else "tiny-draft",
-                   "target_params": _params(target), "draft_params": _params(draft), "c": c,
+                   "target_params": params[0], "draft_params": params[1], "c": c,
                    "tokens": args.tokens, "prompt_tokens": args.prompt_tokens, "L": args.L,
                    "temperature": args.temperature, "bandwidth": bw, "flops": flops,
                    "ridge": ridge, "alpha": alpha, "alpha_batch": Bmax, "t1": t1,
@@ -327,7 +332,7 @@ def main(argv=None) -> dict:
                    "mesh_batch": args.mesh_batch},
         "measured": measured, "predicted": predicted,
         "comparison": compare(measured, predicted),
-        "mesh": run_mesh_overhead(args) if args.mesh_devices > 1 else None,
+        "mesh": mesh,
     }
     if report["mesh"]:
         for method in ("ar", "sd"):
