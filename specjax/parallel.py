@@ -100,7 +100,8 @@ def distributed_env() -> dict | None:
     """``jax.distributed.initialize`` arguments when this process is one of many, else None.
 
     Two environments say so: a SLURM job step with ``SLURM_NTASKS`` > 1 (JAX reads the
-    coordinator, process count and id from SLURM itself, so no arguments are passed), or
+    coordinator, process count and id from SLURM itself; only a one-task-per-node step is
+    handed its node's GPUs, ``SLURM_GPUS_ON_NODE``, as local devices), or
     ``JAX_COORDINATOR_ADDRESS`` + ``JAX_NUM_PROCESSES`` > 1 + ``JAX_PROCESS_ID`` set by hand
     (any launcher, and the local two-process test).
     """
@@ -115,6 +116,12 @@ def distributed_env() -> dict | None:
                     process_id=int(env["JAX_PROCESS_ID"]))
     slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_PROCID", "SLURM_LOCALID")
     if int(env.get("SLURM_NTASKS", "1")) > 1 and all(k in env for k in slurm):
+        # JAX's SLURM detection gives each task the one GPU numbered by its SLURM_LOCALID (one
+        # process per GPU). With one task per node, that task drives all the node's GPUs.
+        per_node = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE", "")
+        gpus = int(env.get("SLURM_GPUS_ON_NODE", "0") or 0)
+        if per_node.split("(")[0] == "1" and gpus > 1:
+            return dict(local_device_ids=list(range(gpus)))
         return {}
     return None
 

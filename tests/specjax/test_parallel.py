@@ -102,5 +102,10 @@ def test_distributed_environment_detection(monkeypatch):
     assert distributed_env() is None  # one task: a single process
     monkeypatch.setenv("SLURM_NTASKS", "2")
     assert distributed_env() == {}  # JAX reads coordinator, count and id from SLURM itself
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "8")
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "8(x2)")
+    assert distributed_env() == {}  # one task per GPU: JAX's own SLURM default
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)")
+    assert distributed_env() == {"local_device_ids": list(range(8))}  # one task drives 8 GPUs
     monkeypatch.delenv("SLURM_STEP_NODELIST")  # sbatch's shell, not an srun task
     assert distributed_env() is None
