@@ -1,0 +1,33 @@
+"""experiments.benchmarks.drafters: the table from a result, and a smoke run on a tiny decoder."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.benchmarks.drafters import main, render
+
+
+def test_render_lists_every_row_and_the_missing_drafters():
+    rows = [dict(drafter=d, suite="gsm8k", sampling=s, block_efficiency=1.5, mean_accepted=0.5,
+                 per_position_acceptance=[0.4, 0.1], speedup=1.2, greedy_matches_ar=
+                 (True if s == "greedy" else None)) for d in ("eagle", "ngram")
+            for s in ("greedy", "t07")]
+    text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
+                       batch_size=1, rows=rows, missing=["medusa: no run"], smoke=False))
+    assert text.count("| gsm8k |") == 4 and "0.40 / 0.10" in text
+    assert "medusa: no run" in text
+
+
+def test_smoke_run_greedy_matches_ar(tmp_path):
+    out = tmp_path / "d.md"
+    res = main(["--smoke", "--samplings", "greedy", "--drafters", "eagle", "medusa", "--quiet",
+                "--max-new-tokens", "4", "--out", str(out)])
+    assert {r["drafter"] for r in res["rows"]} == {"eagle", "medusa"}
+    assert all(r["greedy_matches_ar"] for r in res["rows"])
+    assert out.is_file() and out.with_suffix(".json").is_file()
+
+
+@pytest.mark.slow
+def test_full_smoke_run(tmp_path):
+    res = main(["--smoke", "--quiet", "--out", str(tmp_path / "d.md")])
+    assert len(res["rows"]) == 10
