@@ -16,10 +16,16 @@ TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "s
                "multipath_block", "traversal"]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tables")
-    return out, table1.main(["--preset", "tiny", "--out", str(out)])
+def test_table1_tiny_end_to_end(tmp_path, monkeypatch):
+    """The whole Table 1 pipeline once on the toy pair (one test, so that pytest-xdist runs its
+    ~10 loop compiles once), then each check below on the result."""
+    tiny = (tmp_path, table1.main(["--preset", "tiny", "--out", str(tmp_path)]))
+    check_table1_has_every_row_dataset_and_column(tiny)
+    check_cis_contain_their_point_estimates(tiny)
+    check_lossless_rows_and_the_checker_verdict(tiny)
+    check_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny)
+    check_every_method_saw_the_same_prompts(tiny)
+    check_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch)
 
 
 def _ci_triples(obj):
@@ -35,7 +41,7 @@ def _ci_triples(obj):
             yield from _ci_triples(v)
 
 
-def test_table1_has_every_row_dataset_and_column(tiny):
+def check_table1_has_every_row_dataset_and_column(tiny):
     out, res = tiny
     assert [r["method"] for r in res["rows"]] == TABLE1_ROWS
     assert [r["K"] for r in res["rows"]] == [1, 1, 1, 1, 3, 3, 3, 3, 3]
@@ -57,7 +63,7 @@ def test_table1_has_every_row_dataset_and_column(tiny):
         json.dumps(res["rows"]))
 
 
-def test_cis_contain_their_point_estimates(tiny):
+def check_cis_contain_their_point_estimates(tiny):
     _, res = tiny
     triples = list(_ci_triples(res["rows"])) + list(_ci_triples(res["gains"]))
     assert len(triples) > 9 * 3 * 2
@@ -67,7 +73,7 @@ def test_cis_contain_their_point_estimates(tiny):
     assert any(hi - lo > 0.05 for name, (_, lo, hi) in triples if name == "BE")
 
 
-def test_lossless_rows_and_the_checker_verdict(tiny):
+def check_lossless_rows_and_the_checker_verdict(tiny):
     _, res = tiny
     by = {r["method"]: r for r in res["rows"]}
     assert by["spectr_gbv"]["lossless"] is False and by["spectr_gbv"]["checker_tv"] > 1e-3
@@ -82,7 +88,7 @@ def test_lossless_rows_and_the_checker_verdict(tiny):
     assert all(c["BE"][0] == 1.0 for c in by["ar"]["datasets"].values())
 
 
-def test_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
+def check_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
     # sum 1{tau>=1} <= sum alpha* in expectation; pooled over 24 prompts a wrong bound (wrong K,
     # wrong position) would show as a fraction far above 1.
     out, res = tiny
@@ -97,7 +103,7 @@ def test_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
         assert acc <= bound + 2.0 * np.sqrt(bound), name
 
 
-def test_every_method_saw_the_same_prompts(tiny):
+def check_every_method_saw_the_same_prompts(tiny):
     out, _ = tiny
     rows = [json.loads(x) for x in
             (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
@@ -109,7 +115,7 @@ def test_every_method_saw_the_same_prompts(tiny):
     assert slices == {"humaneval": "toy/0", "gsm8k": "toy/8", "alpaca": "toy/16"}
 
 
-def test_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch):
+def check_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch):
     out, res = tiny
     store = out / "runs" / "table1_tiny" / "cells.jsonl"
     lines = store.read_text().splitlines()
