@@ -31,6 +31,7 @@ from flax import nnx  # noqa: E402
 from algorithms.verifiers import get_verifier, list_verifiers  # noqa: E402
 from specjax import generate  # noqa: E402
 from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter  # noqa: E402
+from specjax.engine import DecodeLoop  # noqa: E402
 from specjax.models.config import tiny_config  # noqa: E402
 from specjax.models.decoder import Decoder  # noqa: E402
 from specjax.models.toy import ToyLoaded, load_toy  # noqa: E402
@@ -94,6 +95,24 @@ def main(mode: str) -> None:
         "logits_max_abs_diff": float(np.max(np.abs(one - many))),
         "logits_max_abs": float(np.max(np.abs(one))),
     }
+    # The KV cache the loop carries: sequences over data, heads over model.
+    loop = DecodeLoop(target_graph=graph, draft_graph=None, drafter=None, verifier=None,
+                      sampling=Sampling(), vocab_size=TINY.vocab_size, eos_ids=(),
+                      max_new_tokens=4, prompt_pad=8, mesh=tp)
+
+    def init(s, prompts, lengths, keys):
+        target = nnx.merge(graph, s)
+        return loop.shard(jax.vmap(lambda *a: loop.init(target, None, *a))(prompts, lengths, keys))
+
+    st = jax.jit(init)(split, np.zeros((4, 8), np.int32), np.full((4,), 3, np.int32),
+                       np.zeros((4, 2), np.uint32))
+
+    def shard_shapes(x):
+        return sorted({tuple(s.data.shape) for s in x.addressable_shards})
+
+    k = st.cache.k[0]
+    out["tp_cache"] = {"k_shape": list(k.shape), "k_shard_shapes": shard_shapes(k),
+                       "history_shard_shapes": shard_shapes(st.history)}
     json.dump(out, sys.stdout)
 
 

@@ -47,6 +47,11 @@ def test_data_and_tensor_parallel_decoding_is_identical_to_one_device():
     assert tp["wq_shape"] == [32, 128] and tp["wq_shard_shapes"] == [[32, 32]]
     # Split contractions (wo, w_down) are summed across devices: float rounding only.
     assert tp["logits_max_abs_diff"] <= 1e-5 < tp["logits_max_abs"]
+    # The loop's KV cache [B, KV, T, hd] = [4, 4, T, 16]: 2 sequences and 1 head per device.
+    cache = out["tp_cache"]
+    assert cache["k_shape"][:2] == [4, 4] and len(cache["k_shard_shapes"]) == 1
+    assert cache["k_shard_shapes"][0][:2] == [2, 1]
+    assert [shape[0] for shape in cache["history_shard_shapes"]] == [2]  # [B, T] over data
 
 
 @pytest.mark.slow
