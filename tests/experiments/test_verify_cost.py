@@ -26,11 +26,21 @@ def test_table_skips_single_draft_verifiers_above_k1(capsys):
     assert "10 ms tree pass, given" in out
 
 
-def test_default_tree_pass_is_labelled_as_an_estimate(capsys):
+def test_default_tree_pass_is_the_measured_one(capsys, tmp_path):
+    """Without --tree-ms the budget comes from the committed decode_speed 1.5B tree(4, 8) row,
+    and --out writes the same table."""
+    import json
+
+    rows = json.loads(verify_cost.DECODE_SPEED.read_text())["rows"]
+    row = next(r for r in rows if r["model"] == verify_cost.TREE_MODEL
+               and r["pass_"] == "tree 4x8")
+    out_file = tmp_path / "cost.md"
     verify_cost.main(["--vocab", "64", "--K", "1", "--L", "2", "--calls", "1",
-                      "--verifiers", "token"])
+                      "--verifiers", "token", "--out", str(out_file)])
     out = capsys.readouterr().out
-    assert f"{verify_cost.TREE_MS:g} ms tree pass, stated estimate" in out
+    tree_ms = min(row["ms_default"], row["ms_eigen"])
+    assert f"{tree_ms:g} ms tree pass, {verify_cost.TREE_MODEL}" in out
+    assert "| token |" in out_file.read_text()
 
 
 def test_rejects_unknown_verifier():
