@@ -37,10 +37,10 @@ def test_forbidden_pair_is_listed_as_refused():
 def test_lossless_row_passes_and_misreporting_drafter_fails(tiny):
     """False-positive rate ALPHA per row; the misreporting drafter moves the law by TV ~0.3."""
     results = audit(tiny, [PROMPT], verifiers=["specinfer"], drafters=("early_exit",), Ks=(3,),
-                    samples=3000, exit_layers=1, batch=3000, mutant_rows=(("specinfer", 3),),
+                    samples=1000, exit_layers=1, batch=1000, mutant_rows=(("specinfer", 3),),
                     log=lambda *_: None)
     real, bad = results
     assert real["drafter"] == "early_exit" and real["fit"].passes(ALPHA), real
     assert bad["drafter"].endswith("misreports q") and not bad["fit"].passes(ALPHA), bad
     table = render(results, model="tiny", prompts=["ids"], command="test")
-    assert "| early_exit | specinfer | 3 | yes | 3000 |" in table and "FAIL" in table
+    assert "| early_exit | specinfer | 3 | yes | 1000 |" in table and "FAIL" in table
