@@ -13,7 +13,7 @@ from algorithms.verifiers import _REGISTRY
 from experiments.run import run_experiment
 from experiments.validate import CONFIG_DIR, group_options
 from specjax.data import PromptSuite
-from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter
+from specjax.drafters import DRAFTERS
 from specjax.sampling import Sampling
 
 
@@ -39,8 +39,7 @@ def test_verifier_configs_instantiate(make_cfg, name):
 def test_drafter_configs_instantiate(make_cfg, name):
     cfg = make_cfg(f"drafter={name}")
     d = instantiate(cfg.drafter)
-    expected = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter}
-    assert type(d) is expected[name]
+    assert type(d) is DRAFTERS[name]  # every drafter config is a registered drafter
     assert (d.K, d.L) == (cfg.drafter.K, cfg.drafter.L)
     hash(d)
 
