@@ -183,6 +183,15 @@ def distill_stream(target, n_prompts: int, new_tokens: int, temperature: float,
         else:
             tok = tokenizer_of(target)
             prompts = [tok.encode(t) or [0] for t in texts]
+        # Prompts that cannot hold their generation in the target's context are dropped.
+        config = getattr(getattr(target, "model", None), "config", None)
+        context = getattr(config, "context_length", None) or getattr(target, "context_length",
+                                                                       None)
+        if context:
+            prompts = [p for p in prompts if len(p) + new_tokens <= context]
+        if not prompts:
+            raise ValueError(f"data.distill_new_tokens: no training prompt fits {new_tokens} new "
+                             f"tokens in the target's context of {context}")
         res = specjax.generate(target, prompts, sampling=Sampling(temperature=temperature),
                                max_new_tokens=new_tokens, seed=seed, batch_size=batch_size,
                                progress=progress)

@@ -206,3 +206,38 @@ def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
     subprocess.run(args, env=env, check=True)
     final = json.loads((run / "final.json").read_text())
     assert final["step"] == 400
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_trained_heads_beat_untrained_ones_end_to_end(target, tmp_path, kind):
+    """Self-distillation -> 150 steps -> orbax -> drafter: on held-out prompts the trained head
+    is accepted more than its random initialisation (measured: eagle BE 2.74 -> 3.05, medusa
+    2.02 -> 2.67 at T = 0, L = 3), and greedy SD still equals AR."""
+    from specjax import generate
+    from specjax.drafters import EagleDrafter, MedusaDrafter
+    from specjax.sampling import Sampling
+    from specjax.training.data import distill_prompts, tokenizer_of
+
+    cfg = cfg_for(kind, steps=150, batch_size=8, seq_len=32, cache_dir=str(tmp_path),
+                  eval_every=150, save_every=150)
+    cfg["data"] = {**cfg["data"], "sources": [], "distill_prompts": 64,
+                   "distill_new_tokens": 24, "distill_temperature": 0.0, "distill_batch": 64,
+                   "weights": {"distill": 1.0}}
+    cfg["optim"]["lr"] = 3e-3
+    if kind == "medusa":
+        cfg["module"] = {"num_heads": 3}
+    final = train(cfg, target=target)
+    tok = tokenizer_of(target)
+    prompts = [tok.encode(t) for t in distill_prompts(80)[64:72]]  # not trained on
+    kw = dict(sampling=Sampling(temperature=0), max_new_tokens=24, progress=False,
+              compiler_options={"xla_backend_optimization_level": 0})
+    ar = generate(target, prompts, **kw)
+    cls = EagleDrafter if kind == "eagle" else MedusaDrafter
+    be = {}
+    for ck in ("random", final["run_dir"]):
+        res = generate(target, prompts, drafter=cls(K=1, L=3, checkpoint=ck), verifier="token",
+                       **kw)
+        assert res.tokens == ar.tokens
+        be[ck] = res.summary["block_efficiency"]
+    assert be[final["run_dir"]] > be["random"] + 0.1, be
