@@ -27,8 +27,9 @@ def test_model_switches_speculation_off_past_the_ridge():
 
 
 def _row(ar, sd, be=2.0):
-    return {"ar": {"tokens_per_s": ar, "tokens": [[1]]},
-            "sd": {"tokens_per_s": sd, "block_efficiency": be, "tokens": [[1]]}}
+    return {"ar": {"tokens_per_s": ar, "tokens_per_s_with_prefill": ar / 2, "tokens": [[1]]},
+            "sd": {"tokens_per_s": sd, "tokens_per_s_with_prefill": sd / 4,
+                   "block_efficiency": be, "tokens": [[1]]}}
 
 
 def test_comparison_and_table_say_what_the_numbers_say():
@@ -41,11 +42,12 @@ def test_comparison_and_table_say_what_the_numbers_say():
     header = dict(machine="2-core CPU", argv="", target="t", draft="d", target_params=2e6,
                   draft_params=1e6, c=0.5, tokens=8, prompt_tokens=8, L=4, temperature=0.0,
                   bandwidth=3e10, flops=1e11, ridge=3.0, alpha=0.7, alpha_batch=4, t1=0.1,
-                  block_efficiency=2.0, mesh_batch=4)
+                  t1_batch=1, block_efficiency=2.0, mesh_batch=4)
     mesh = {"devices": 8, "one": _row(40.0, 30.0), "mesh": _row(20.0, 15.0)}
     md = render(dict(header=header, measured=measured, predicted=predicted, comparison=lines,
                      mesh=mesh))
-    assert "| 4 | 40.0 |" in md and "| AR | 40.0 | 40.0 | 20.0 | 0.50 | True |" in md
+    assert "| 4 | 40.0 |" in md and "| 2.00 | 0.38 |" in md  # B=4 row, with prefill 7.5 / 20
+    assert "| AR | 40.0 | 40.0 | 20.0 | 0.50 | True |" in md
 
 
 @pytest.mark.slow
