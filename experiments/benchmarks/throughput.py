@@ -25,7 +25,9 @@ them and on a data mesh over all of them, with the same total batch. The forced 
 this machine's cores, so the comparison measures what sharding costs (partitioning, collectives
 in the loop), not a speedup. The table also says whether the tokens match the one-device run.
 
-Writes ``<out>.md``, ``<out>.json`` and ``<out>.png``.
+Writes ``<out>.md``, ``<out>.json`` and ``<out>.png``. Run time with the Qwen pair on 2 CPU cores
+is an estimate, not a measurement: about 1 to 1.5 hours. About 20 compiles of ~1 min each
+(4 per batch size) and 8 more in the mesh subprocess, with the rest decoding and prefill.
 """
 
 from __future__ import annotations
