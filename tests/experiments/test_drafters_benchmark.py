@@ -18,6 +18,7 @@ def test_render_lists_every_row_and_the_missing_drafters():
     assert "medusa: no run" in text
 
 
+@pytest.mark.slow
 def test_smoke_run_greedy_matches_ar(tmp_path):
     out = tmp_path / "d.md"
     res = main(["--smoke", "--samplings", "greedy", "--drafters", "eagle", "medusa", "--quiet",

@@ -58,7 +58,8 @@ def _cli(*args, tmp_path):
 @pytest.mark.parametrize("args, field", [
     (["steps=0"], "steps"),
     (["drafter=lora"], "drafter"),
-    (["drafter=family", "module.hidden_size=100"], "module.hidden_size"),
+    pytest.param(["drafter=family", "module.hidden_size=100"], "module.hidden_size",
+                 marks=pytest.mark.slow),
 ])
 def test_cli_exits_2_with_one_line_naming_the_field(tmp_path, args, field):
     proc = _cli(*args, "logger=none", tmp_path=tmp_path)
