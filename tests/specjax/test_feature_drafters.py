@@ -214,3 +214,28 @@ def test_eagle_q_matches_uncached_head_through_accepts_and_rejects():
         state = update(module, state, jnp.asarray(drafts), verdict, jnp.int32(n),
                        jnp.broadcast_to(f, (K, L + 1, f.shape[-1])))
         ids += emitted
+
+
+@pytest.mark.slow
+def test_eagle_on_an_untied_qwen2_target():
+    """The Qwen2 path (separate lm_head, qkv bias): greedy SD == AR and a finite train step."""
+    import copy
+    import sys
+    from pathlib import Path
+
+    from specjax.training.loop import Trainer, load_target
+
+    target = load_target("tiny-qwen2")
+    ref = uncached_greedy(target.model, DEC_PROMPTS[:2], 6)
+    res = generate(target, DEC_PROMPTS[:2], drafter=EagleDrafter(K=2, L=3, checkpoint="random"),
+                   verifier="specinfer", sampling=GREEDY, max_new_tokens=6, progress=False,
+                   compiler_options=FAST)
+    assert res.tokens == ref
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_training import cfg_for
+
+    cfg = copy.deepcopy(cfg_for("eagle", **{"optim.warmup_steps": 0}))
+    trainer = Trainer(cfg, target)
+    x = np.random.default_rng(0).integers(0, target.vocab_size, size=(2, 16)).astype(np.int32)
+    first = float(trainer.train_step(x)["loss"])
+    assert np.isfinite(first) and float(trainer.train_step(x)["loss"]) < first
