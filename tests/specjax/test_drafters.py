@@ -141,4 +141,4 @@ def test_drafter_validation_errors():
     with pytest.raises(ValueError, match="num_layers"):
         EarlyExitDrafter(K=1, L=2, num_layers=3).module(target, None)
     with pytest.raises(ValueError, match="allowed"):
-        get_drafter("medusa", K=1, L=2)
+        get_drafter("lookahead", K=1, L=2)  # (medusa is registered now)
