@@ -30,7 +30,8 @@ def verdict(drafter_name: str, verifier_name: str, K: int) -> str:
 
 def test_drafters_declare_their_structure():
     assert {n: c.draft_structure for n, c in DRAFTERS.items()} == {
-        "model": IID, "early_exit": IID, "ngram": DETERMINISTIC, "greedy": GREEDY}
+        "model": IID, "early_exit": IID, "ngram": DETERMINISTIC, "greedy": GREEDY,
+        "eagle": IID, "medusa": IID}
 
 
 @pytest.mark.parametrize("drafter_name, verifier_name, K", PAIRS)
