@@ -56,18 +56,37 @@ def layer_weights(config: ModelConfig, rng: np.random.Generator) -> dict:
 
 
 class TargetReadout(nnx.Module):
-    """The target's LM head, shared (not copied): tied embedding or separate ``lm_head``."""
+    """The target's LM head, shared (not copied): tied embedding or separate ``lm_head``.
+
+    ``restrict(ids)`` limits drafting to a token subset (FR-Spec, Zhao et al. 2025, arXiv
+    2502.14856: the most frequent tokens of the training text): the head contracts with those
+    rows only and every other token gets logit -inf, so q is exactly the law the drafts are
+    drawn from (zero outside the subset) and every verifier stays lossless; only the draft
+    head's cost shrinks by V / len(ids).
+    """
 
     def __init__(self, target: Decoder):
         self.config = target.config
         self.embed = target.embed
         self.lm_head = target.lm_head
+        self.subset = None
+        self.sub_head = None
+
+    def restrict(self, ids) -> None:
+        ids = jnp.asarray(np.sort(np.asarray(ids)), jnp.int32)
+        head = self.embed[...][ids] if self.config.tie_embeddings else self.lm_head[...][:, ids].T
+        self.subset = nnx.data(nnx.Variable(ids))
+        self.sub_head = nnx.data(nnx.Variable(head))  # [n, D], a copy of the subset's rows
 
     def embed_tokens(self, tokens: Int[Array, "*N"]) -> Float[Array, "*N D"]:
         return self.embed[...][tokens]
 
     def __call__(self, h: Float[Array, "*N D"], *, differentiable: bool = False):
-        return Decoder.read_out(self, h, differentiable=differentiable)
+        if self.subset is None:
+            return Decoder.read_out(self, h, differentiable=differentiable)
+        sub = jnp.einsum("...d,nd->...n", h, self.sub_head[...])
+        full = jnp.full((*h.shape[:-1], self.config.vocab_size), -jnp.inf, sub.dtype)
+        return full.at[..., self.subset[...]].set(sub)
 
 
 class EagleHead(nnx.Module):
@@ -119,17 +138,19 @@ def target_decoder(target, name: str) -> Decoder:
 class EagleDrafter(BlockShape):
     """``checkpoint``: None = the latest finished ``specjax-train kind=eagle`` run for this
     target; ``random`` / ``random:<seed>`` = an untrained head (tests, smoke runs); else a
-    run directory."""
+    run directory. ``draft_vocab``: see ``TargetReadout.restrict``."""
 
     draft_structure: ClassVar[str] = IID
     target_features: ClassVar[bool] = True
     kind: ClassVar[str] = "eagle"
     checkpoint: str | None = None
+    draft_vocab: int | None = None  # draft only the n most frequent training tokens (FR-Spec)
 
     def module(self, target, draft):
         from specjax.training.store import build_trained
 
-        return build_trained(self.kind, target, self.checkpoint, type(self).__name__)
+        return build_trained(self.kind, target, self.checkpoint, type(self).__name__,
+                             draft_vocab=self.draft_vocab)
 
     def scratch(self) -> int:
         return (self.L + 1) + self.K * (self.L - 1)

@@ -57,12 +57,13 @@ class MedusaDrafter(BlockShape):
     target_features: ClassVar[bool] = True
     kind: ClassVar[str] = "medusa"
     checkpoint: str | None = None
+    draft_vocab: int | None = None  # draft only the n most frequent training tokens (FR-Spec)
 
     def module(self, target, draft):
         from specjax.training.store import build_trained
 
         module = build_trained(self.kind, target, self.checkpoint, type(self).__name__,
-                               num_heads=self.L)
+                               draft_vocab=self.draft_vocab, num_heads=self.L)
         if module.heads.num_heads < self.L:
             raise ValueError(f"MedusaDrafter: L={self.L} needs >= {self.L} heads, the checkpoint "
                              f"has {module.heads.num_heads}")

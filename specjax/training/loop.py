@@ -211,6 +211,10 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
     corpus = corpus or build_corpus(target, cfg["data"], seq_len=cfg["seq_len"],
                                     seed=cfg["seed"], cache_dir=cfg.get("cache_dir"),
                                     progress=cfg.get("progress", True))
+    counts = np.zeros(int(target.vocab_size), np.int64)  # for draft_vocab (FR-Spec subsets)
+    for stream in corpus.train.values():
+        counts += np.bincount(stream, minlength=counts.size)[: counts.size]
+    np.save(run / "token_counts.npy", counts)
     trainer = Trainer(cfg, target)
     mngr = checkpoints.manager(run, keep=cfg.get("keep", 2))
     restored = checkpoints.restore(mngr, trainer.params, trainer.opt_state)

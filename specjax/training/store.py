@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specjax.assets import cache_root
 
 #: Config keys that do not change the trained weights (excluded from the run hash).
@@ -59,12 +61,28 @@ def read_run(run: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def build_trained(kind: str, target, checkpoint: str | None, name: str, **defaults):
+def build_trained(kind: str, target, checkpoint: str | None, name: str, *,
+                  draft_vocab: int | None = None, **defaults):
     """The drafter module for ``kind`` on ``target``: trained weights, or a random init.
 
     ``checkpoint``: None = the latest finished run for (kind, target); ``random[:seed]`` = an
     untrained module built with ``defaults`` (tests, smoke runs); else a run directory.
+    ``draft_vocab``: restrict drafting to the n most frequent tokens of the run's training text
+    (``token_counts.npy``; for a random module, ids 0..n-1).
     """
+    module, counts = _build_trained(kind, target, checkpoint, name, **defaults)
+    if draft_vocab is not None:
+        V = int(module.readout.config.vocab_size)
+        if not (isinstance(draft_vocab, int) and 1 <= draft_vocab <= V):
+            raise ValueError(f"{name}: draft_vocab must be an integer in [1, {V}] or null, got "
+                             f"{draft_vocab!r}")
+        ids = (np.arange(draft_vocab) if counts is None
+               else np.argsort(-counts, kind="stable")[:draft_vocab])
+        module.readout.restrict(ids)
+    return module
+
+
+def _build_trained(kind: str, target, checkpoint: str | None, name: str, **defaults):
     from specjax.drafters.eagle import target_decoder
     from specjax.training.checkpoints import restore_params
     from specjax.training.tasks import make_trainable, wrap_for_drafting
@@ -74,7 +92,7 @@ def build_trained(kind: str, target, checkpoint: str | None, name: str, **defaul
     if checkpoint is not None and str(checkpoint).startswith("random"):
         seed = int(str(checkpoint).partition(":")[2] or 0)
         trainable = make_trainable(kind, decoder.config, seed=seed, **defaults)
-        return wrap_for_drafting(kind, trainable, decoder)
+        return wrap_for_drafting(kind, trainable, decoder), None
     if checkpoint is None:
         run = latest_run(kind, target_name)
         if run is None:
@@ -89,4 +107,6 @@ def build_trained(kind: str, target, checkpoint: str | None, name: str, **defaul
         raise ValueError(f"{name}: checkpoint {run} holds a {meta['kind']!r} run, not {kind!r}")
     trainable = make_trainable(kind, decoder.config, seed=0, **meta["module"])
     restore_params(run, trainable)
-    return wrap_for_drafting(kind, trainable, decoder)
+    counts = run / "token_counts.npy"
+    return (wrap_for_drafting(kind, trainable, decoder),
+            np.load(counts) if counts.is_file() else None)

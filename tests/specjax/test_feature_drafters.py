@@ -126,6 +126,9 @@ def fit(target, law, drafter, verifier):
     (EagleDrafter(K=1, L=2, checkpoint="random:3"), "token"),
     pytest.param(MedusaDrafter(K=2, L=2, checkpoint="random:3"), "specinfer",
                  marks=pytest.mark.slow),
+    # a draft vocabulary of 5 of the 8 tokens: q is 0 on the rest, the verifier must cope
+    pytest.param(EagleDrafter(K=1, L=2, checkpoint="random:3", draft_vocab=5), "block",
+                 marks=pytest.mark.slow),
 ])
 def test_sampled_law_matches_target(small_vocab, drafter, verifier):
     target, law = small_vocab
@@ -239,3 +242,19 @@ def test_eagle_on_an_untied_qwen2_target():
     x = np.random.default_rng(0).integers(0, target.vocab_size, size=(2, 16)).astype(np.int32)
     losses = [float(trainer.train_step(x)["loss"]) for _ in range(6)]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+
+
+def test_draft_vocab_restricts_the_readout_exactly():
+    """FR-Spec subset: the restricted read-out equals the full one on the subset, -inf
+    elsewhere, so the law drafted from is the full law renormalised on the subset."""
+    target = tiny()
+    module = EagleDrafter(K=1, L=2, checkpoint="random", draft_vocab=10).module(target, None)
+    full = EagleDrafter(K=1, L=2, checkpoint="random").module(target, None)
+    h = jax.random.normal(jax.random.key(0), (3, target.model.config.hidden_size))
+    sub, ref = np.asarray(module.readout(h)), np.asarray(full.readout(h))
+    ids = np.asarray(module.readout.subset[...])
+    assert ids.tolist() == list(range(10))  # random heads: ids 0..n-1 (trained: most frequent)
+    np.testing.assert_allclose(sub[:, ids], ref[:, ids], rtol=1e-5, atol=1e-5)
+    assert np.all(np.isneginf(np.delete(sub, ids, axis=1)))
+    with pytest.raises(ValueError, match="draft_vocab"):
+        EagleDrafter(K=1, L=2, checkpoint="random", draft_vocab=0).module(target, None)

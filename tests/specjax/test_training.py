@@ -127,6 +127,10 @@ def test_orbax_kill_and_resume_is_exact(target, tmp_path, monkeypatch):
     assert store.latest_run("medusa", target.name, cfg["cache_dir"]) == run
     module = MedusaDrafter(K=1, L=2).module(target, None)
     assert _equal(nnx.state(module.heads, nnx.Param), resumed["params_state"])
+    # draft_vocab takes the run's most frequent training tokens (token_counts.npy)
+    counts = np.load(run / "token_counts.npy")
+    sub = MedusaDrafter(K=1, L=2, draft_vocab=5).module(target, None).readout.subset[...]
+    assert sorted(np.asarray(sub).tolist()) == sorted(np.argsort(-counts, kind="stable")[:5])
     res = generate(target, [[5, 9, 11]], drafter=MedusaDrafter(K=1, L=2), verifier="token",
                    sampling=Sampling(temperature=0), max_new_tokens=4, progress=False,
                    compiler_options={"xla_backend_optimization_level": 0})
