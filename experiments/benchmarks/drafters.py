@@ -51,13 +51,15 @@ def drafters_for(target, args) -> tuple[list[tuple[str, object, object]], list[s
     out, missing = [], []
     ckpt = "random" if args.smoke else None
     for label, cls in (("eagle", EagleDrafter), ("medusa", MedusaDrafter)):
-        drafter = cls(K=K, L=L, checkpoint=ckpt)
-        try:
-            drafter.module(target, None)
-        except ValueError as e:
-            missing.append(f"{label}: {e}")
-            continue
-        out.append((label, drafter, None))
+        for n in (None, *args.draft_vocab):
+            drafter = cls(K=K, L=L, checkpoint=ckpt, draft_vocab=n)
+            try:
+                drafter.module(target, None)
+            except ValueError as e:
+                if n is None:
+                    missing.append(f"{label}: {e}")
+                break
+            out.append((label if n is None else f"{label} (draft vocab {n})", drafter, None))
     if args.smoke:
         from specjax.models.config import tiny_config
         from specjax.models.decoder import Decoder
@@ -165,6 +167,8 @@ def parse_args(argv=None):
     ap.add_argument("--L", type=int, default=4)
     ap.add_argument("--verifier", default="token")
     ap.add_argument("--early-exit-layers", type=int, default=10)
+    ap.add_argument("--draft-vocab", type=int, nargs="*", default=[8192],
+                    help="also run eagle/medusa drafting only the n most frequent tokens")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--drafters", nargs="+", default=None,
@@ -176,6 +180,7 @@ def parse_args(argv=None):
     if args.smoke:
         args.target, args.suites, args.n = "tiny-llama", ["smoke"], 2
         args.max_new_tokens, args.L = min(args.max_new_tokens, 6), min(args.L, 3)
+        args.draft_vocab = [min(n, 32) for n in args.draft_vocab]
     return args
 
 

@@ -22,8 +22,9 @@ def test_render_lists_every_row_and_the_missing_drafters():
 def test_smoke_run_greedy_matches_ar(tmp_path):
     out = tmp_path / "d.md"
     res = main(["--smoke", "--samplings", "greedy", "--drafters", "eagle", "medusa", "--quiet",
-                "--max-new-tokens", "4", "--out", str(out)])
-    assert {r["drafter"] for r in res["rows"]} == {"eagle", "medusa"}
+                "--max-new-tokens", "4", "--draft-vocab", "16", "--out", str(out)])
+    assert {r["drafter"] for r in res["rows"]} == {
+        "eagle", "medusa", "eagle (draft vocab 16)", "medusa (draft vocab 16)"}
     assert all(r["greedy_matches_ar"] for r in res["rows"])
     assert out.is_file() and out.with_suffix(".json").is_file()
 
@@ -31,4 +32,4 @@ def test_smoke_run_greedy_matches_ar(tmp_path):
 @pytest.mark.slow
 def test_full_smoke_run(tmp_path):
     res = main(["--smoke", "--quiet", "--out", str(tmp_path / "d.md")])
-    assert len(res["rows"]) == 10
+    assert len(res["rows"]) == 2 * 7  # eagle, medusa (+ draft vocab), family, early exit, ngram
