@@ -21,7 +21,8 @@ import numpy as np
 from specjax.assets import cache_root
 
 #: Config keys that do not change the trained weights (excluded from the run hash).
-VOLATILE = ("logger", "progress", "run_name", "log_every", "keep")
+VOLATILE = ("logger", "progress", "run_name", "log_every", "keep", "save_every", "eval_every",
+            "eval_batches", "cache_dir")
 
 
 def config_hash(cfg: dict[str, Any]) -> str:
