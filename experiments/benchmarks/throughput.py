@@ -70,7 +70,7 @@ def _prompts(target, n: int, length: int, smoke: bool) -> list[list[int]]:
         return [rng.integers(0, target.vocab_size, length).tolist() for _ in range(n)]
     from specjax.data import PromptSuite
 
-    texts = PromptSuite("humaneval", n=n, chat=False).texts(target)
+    texts = PromptSuite(suite="humaneval", n=n, chat=False).texts(target)
     return [list(target.encode(t))[:length] for t in texts]
 
 
