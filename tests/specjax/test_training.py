@@ -195,11 +195,12 @@ def test_sigkill_mid_run_then_rerun_resumes(tmp_path):
     args = [sys.executable, "-m", "experiments.train", "drafter=medusa", "target=tiny-llama",
             "steps=400", "batch_size=2", "seq_len=16", "save_every=5", "eval_every=400",
             "eval_batches=1", "data.max_tokens=4000", "data.sources=[stdlib]", "logger=none",
-            "progress=false", "module.num_heads=2"]
+            "data.distill_prompts=0", "progress=false", "module.num_heads=2"]
     proc = subprocess.Popen(args, env=env)
     root = tmp_path / "train" / "medusa" / "tiny-llama"
     deadline = time.time() + 300
     while time.time() < deadline and not list(root.glob("*/ckpt/5")):
+        assert proc.poll() is None, f"specjax-train exited early with {proc.returncode}"
         time.sleep(0.5)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
