@@ -234,7 +234,8 @@ def render(report: dict) -> str:
         mo, B = report["mesh"], report["header"]["mesh_batch"]
         n = mo["devices"]
         h = report["header"]
-        same = (h.get("mesh_target"), h.get("mesh_draft")) == (h["target"], h["draft"])
+        same = (h.get("mesh_target", h["target"]), h.get("mesh_draft", h["draft"])) == (
+            h["target"], h["draft"])
         out += [f"## Mesh overhead (total batch {B}, {n} forced CPU devices on the same cores)",
                 "", "Models: the same pair as above." if same else
                 f"Models: {h.get('mesh_target')} (target) and {h.get('mesh_draft')} (draft), not "

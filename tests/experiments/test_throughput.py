@@ -48,6 +48,14 @@ def test_comparison_and_table_say_what_the_numbers_say():
                      mesh=mesh))
     assert "| 4 | 40.0 |" in md and "| 2.00 | 0.38 |" in md  # B=4 row, with prefill 7.5 / 20
     assert "| AR | 40.0 | 40.0 | 20.0 | 0.50 | True |" in md
+    # A mesh part on another pair: named, and its 'plain' column is not borrowed from the sweep.
+    other = render(dict(header=header | dict(mesh_target="small", mesh_draft="small"),
+                        measured=measured, predicted=predicted, comparison=lines, mesh=mesh))
+    assert "Models: small (target) and small (draft), not the pair above" in other
+    assert "| AR | nan | 40.0 | 20.0 | 0.50 | True |" in other
+    failed = render(dict(header=header, measured=measured, predicted=predicted,
+                         comparison=lines, mesh={"error": "mesh worker failed: exit 1"}))
+    assert "Not measured: mesh worker failed: exit 1." in failed and "| 4 | 40.0 |" in failed
 
 
 @pytest.mark.slow
