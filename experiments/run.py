@@ -109,9 +109,6 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         return done
     target, draft = _load_models(cfg, drafter)
 
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     prompts = dataset.load()
     texts = dataset.texts(target, prompts)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
@@ -142,6 +139,10 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     summary["drafter"].pop("_target_", None)
     if not main:  # every process holds the gathered results; process 0 records them
         return summary
+    # Written with the results, not before: a run refused by generate (a prompt over the
+    # context, non-finite logits) leaves no run directory behind.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     write_results(run_dir, rows, summary)
     print_table(summary, console)
     if "time_breakdown" in spec.summary:

@@ -37,7 +37,7 @@ def test_prompt_over_the_context_exits_2_before_compiling(tmp_path):
     assert "error: prompts: prompt 0 has" in error and "1024-token context" in error
     assert "max_new_tokens" in error
     assert "compiling" not in proc.stderr
-    assert not (tmp_path / "run" / RESULTS_FILE).exists()
+    assert not (tmp_path / "run").exists()  # no config.yaml, no results: nothing left behind
 
 
 def test_toy_model_with_a_text_dataset_names_the_toy_datasets(tmp_path):
