@@ -135,22 +135,28 @@ def target_decoder(target, name: str) -> Decoder:
 
 
 @dataclass(frozen=True, kw_only=True)
-class EagleDrafter(BlockShape):
-    """``checkpoint``: None = the latest finished ``specjax-train kind=eagle`` run for this
-    target; ``random`` / ``random:<seed>`` = an untrained head (tests, smoke runs); else a
+class TrainedHead(BlockShape):
+    """A drafter that reads the target's features through a head ``specjax-train`` trained
+    (``kind``). ``checkpoint``: None = the latest finished ``specjax-train kind=<kind>`` run for
+    this target; ``random`` / ``random:<seed>`` = an untrained head (tests, smoke runs); else a
     run directory. ``draft_vocab``: see ``TargetReadout.restrict``."""
 
     draft_structure: ClassVar[str] = IID
     target_features: ClassVar[bool] = True
-    kind: ClassVar[str] = "eagle"
+    kind: ClassVar[str]
     checkpoint: str | None = None
     draft_vocab: int | None = None  # draft only the n most frequent training tokens (FR-Spec)
 
-    def module(self, target, draft):
+    def module(self, target, draft, **options):
         from specjax.training.store import build_trained
 
         return build_trained(self.kind, target, self.checkpoint, type(self).__name__,
-                             draft_vocab=self.draft_vocab)
+                             draft_vocab=self.draft_vocab, **options)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EagleDrafter(TrainedHead):
+    kind: ClassVar[str] = "eagle"
 
     def scratch(self) -> int:
         return (self.L + 1) + self.K * (self.L - 1)

@@ -23,9 +23,8 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import IID, Verdict, sample
-from specjax.drafters.base import BlockShape
-from specjax.drafters.eagle import TargetReadout
+from algorithms.verifiers.base import Verdict, sample
+from specjax.drafters.eagle import TargetReadout, TrainedHead
 from specjax.sampling import Sampling
 
 
@@ -50,20 +49,13 @@ class MedusaModule(nnx.Module):
 
 
 @dataclass(frozen=True, kw_only=True)
-class MedusaDrafter(BlockShape):
-    """``checkpoint`` as for ``EagleDrafter``; the trained run must have >= L heads."""
+class MedusaDrafter(TrainedHead):
+    """``checkpoint`` as for ``TrainedHead``; the trained run must have >= L heads."""
 
-    draft_structure: ClassVar[str] = IID
-    target_features: ClassVar[bool] = True
     kind: ClassVar[str] = "medusa"
-    checkpoint: str | None = None
-    draft_vocab: int | None = None  # draft only the n most frequent training tokens (FR-Spec)
 
     def module(self, target, draft):
-        from specjax.training.store import build_trained
-
-        module = build_trained(self.kind, target, self.checkpoint, type(self).__name__,
-                               draft_vocab=self.draft_vocab, num_heads=self.L)
+        module = super().module(target, draft, num_heads=self.L)
         if module.heads.num_heads < self.L:
             raise ValueError(f"MedusaDrafter: L={self.L} needs >= {self.L} heads, the checkpoint "
                              f"has {module.heads.num_heads}")

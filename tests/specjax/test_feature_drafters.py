@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_engine_losslessness import uncached_greedy  # the uncached greedy reference
 
 from algorithms.exact.monte_carlo import chi_square
 from algorithms.verifiers.base import Verdict
@@ -34,19 +35,6 @@ DEC_PROMPTS = [[5, 9, 11, 5, 9, 11, 5, 9], [7], [3, 3, 2, 1, 0, 1, 2, 60, 61, 3,
 def tiny(vocab: int | None = None, seed: int = 0) -> ToyLoaded:
     cfg = tiny_config("llama") if vocab is None else tiny_config("llama", vocab_size=vocab)
     return ToyLoaded(name="tiny-llama", model=Decoder.random(cfg, seed=seed))
-
-
-def uncached_greedy(model, prompts, n):
-    T = max(len(p) for p in prompts) + n
-    logits = jax.jit(model.logits)
-    out = []
-    for p in prompts:
-        ids = list(p)
-        for _ in range(n):
-            padded = jnp.asarray(ids + [0] * (T - len(ids)), jnp.int32)
-            ids.append(int(np.argmax(np.asarray(logits(padded))[len(ids) - 1])))
-        out.append(ids[len(p):])
-    return out
 
 
 @pytest.fixture(scope="module")
