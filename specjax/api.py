@@ -21,9 +21,6 @@ from specjax.metrics import per_prompt_metrics, summarize
 from specjax.sampling import Sampling
 
 _COMPILED: dict = {}  # (loop, batch, pad) -> compiled executable; reused across calls
-#: XLA:CPU options for the decode loop: Eigen instead of YNNPACK for dots (an experimental flag,
-#: so ``generate`` falls back to XLA's defaults if this jaxlib does not know it).
-CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
 @dataclass
@@ -133,9 +130,9 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
-    speed for compile time in tests); results do not depend on them. On CPU the default turns
-    off YNNPACK for dots (``CPU_COMPILER_OPTIONS``): the loop is dominated by one-row and
-    tree-sized matmuls, which Eigen runs faster (``experiments/benchmarks/decode_speed.py``).
+    speed for compile time in tests); results do not depend on them. The default is XLA's own
+    (on CPU: YNNPACK for dots), which ``experiments/benchmarks/decode_speed.py`` measures faster
+    than Eigen for prefill, tree scoring and one-row decode.
 
     ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.breakdown``): ms per step
     spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
@@ -193,8 +190,6 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         arrays = [parallel.shard_batch(a, mesh) for a in arrays]
 
     compile_time = 0.0
-    if compiler_options is None and jax.default_backend() == "cpu":
-        compiler_options = CPU_COMPILER_OPTIONS
     cache_key = (loop, B, pad, tuple(sorted((compiler_options or {}).items())))
     if cache_key not in _COMPILED:
         if progress:
@@ -207,12 +202,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         jitted = (jax.jit(loop.run) if mesh is None
                   else jax.jit(loop.run, out_shardings=parallel.replicated(mesh)))
         lowered = jitted.lower(tstate, dstate, *arrays[0])
-        try:
-            _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
-        except Exception:  # an XLA without the experimental flag: its defaults are correct too
-            if compiler_options is not CPU_COMPILER_OPTIONS:
-                raise
-            _COMPILED[cache_key] = lowered.compile()
+        _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
         compile_time = time.perf_counter() - t0
         if progress:
             print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
