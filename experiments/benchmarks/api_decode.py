@@ -1,19 +1,21 @@
 """Decode speed as a user sees it: ``specjax.generate``, greedy, batch 1, 64 new tokens.
 
     python -m experiments.benchmarks.api_decode [--models ...] [--tokens 64]
-        [--out FILE.md]
+        [--reps 3] [--out FILE.md]
 
 Everything the decode loop does per token counts here (the jitted ``while_loop`` with sampling,
 EOS checks and bookkeeping), but compilation does not (``generate`` reports it apart). The
 prompt is one short HumanEval suite prompt, so prefill is a small share of the wall time; its
-share is removed by timing a 1-token run of the same prompt and subtracting. The floor is the
-float32 bytes of the weights a token streams (``streamed_params``) over the all-core copy
-bandwidth measured in the same run (before and after, the higher kept).
+share is removed by timing a 1-token run of the same prompt and subtracting; the median over
+``--reps`` such pairs is reported (single runs on a shared 2-core VM vary by ~10 %). The floor
+is the float32 bytes of the weights a token streams (``streamed_params``) over the all-core
+copy bandwidth measured in the same run (before and after, the higher kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 from pathlib import Path
 
 import specjax
@@ -28,6 +30,7 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODEL_NAMES)[:0:-1],
                         choices=MODEL_NAMES)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     bw = copy_bandwidth()
@@ -36,17 +39,22 @@ def main():
     for name in args.models:
         model = specjax.load_model(name)
         ids = model.encode(PROMPT)
-        one = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=1, progress=False)
-        run = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=args.tokens,
-                               progress=False)
-        n = run.summary["new_tokens"]
-        ms = 1e3 * (run.summary["wall_time_s"] - one.summary["wall_time_s"]) / max(n - 1, 1)
+        per_token = []
+        for _ in range(args.reps):
+            one = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=1,
+                                   progress=False)
+            run = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=args.tokens,
+                                   progress=False)
+            n = run.summary["new_tokens"]
+            per_token.append(1e3 * (run.summary["wall_time_s"] - one.summary["wall_time_s"])
+                             / max(n - 1, 1))
+        ms = statistics.median(per_token)
         rows.append((name, ms, 4 * model.config.streamed_params))
         print(f"{name}: {ms:.1f} ms/token over {n} tokens", flush=True)
         del model
     bw = max(bw, copy_bandwidth())
     lines = [f"all-core copy bandwidth {bw:.1f} GB/s (read + write); prompt {PROMPT!r}, "
-             f"{args.tokens} new tokens", "",
+             f"{args.tokens} new tokens; median of {args.reps} runs", "",
              "| model | ms / token (generate, greedy, batch 1) | floor ms | floor / measured |",
              "|---|---|---|---|"]
     for name, ms, nbytes in rows:
