@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import jax
@@ -20,7 +21,12 @@ from specjax.engine import DecodeLoop
 from specjax.metrics import per_prompt_metrics, summarize
 from specjax.sampling import Sampling
 
-_COMPILED: dict = {}  # (loop, batch, pad) -> compiled executable; reused across calls
+#: (loop, batch, pad, options) -> compiled executable, reused across calls; the least recently
+#: used are dropped beyond ``MAX_COMPILED``. Each XLA:CPU executable holds thousands of memory
+#: mappings, and a sweep that kept every loop (paper_repro.table1, 20 loops of the Qwen pair)
+#: hit the kernel's 65,530-mapping limit ("LLVM ERROR: Unable to allocate section memory").
+_COMPILED: OrderedDict = OrderedDict()
+MAX_COMPILED = 4
 
 
 @dataclass
@@ -207,6 +213,9 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         if progress:
             print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
     run = _COMPILED[cache_key]
+    _COMPILED.move_to_end(cache_key)
+    while len(_COMPILED) > MAX_COMPILED:
+        _COMPILED.popitem(last=False)
 
     outs, wall, batch_wall = [], 0.0, []
     batches = range(n_batches)
