@@ -46,25 +46,27 @@ BATCHES = (4, 16)
 SETTINGS = {"default": None, "eigen": {"xla_cpu_experimental_ynn_fusion_type": ""}}
 
 
-def copy_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) -> float:
-    """GB/s of a multi-threaded float32 copy (bytes read + written), best of ``reps``."""
-    threads = threads or os.cpu_count() or 1
-    src = np.ones(int(gib * (1 << 30)) // 4, np.float32)
-    dst = np.empty_like(src)
-    edges = np.linspace(0, src.size, threads + 1).astype(int)
+def _all_core_seconds(work, size: int, threads: int, reps: int) -> float:
+    """Best of ``reps`` wall times of ``work(lo, hi)`` over ``size`` elements split into one
+    contiguous part per thread (NumPy releases the GIL in copies and reductions)."""
+    edges = np.linspace(0, size, threads + 1).astype(int)
     parts = list(zip(edges[:-1], edges[1:], strict=True))
-
-    def copy(part):
-        lo, hi = part
-        np.copyto(dst[lo:hi], src[lo:hi])  # NumPy releases the GIL for the copy
-
     best = float("inf")
     with ThreadPoolExecutor(threads) as pool:
         for _ in range(reps):
             t = time.perf_counter()
-            list(pool.map(copy, parts))
+            list(pool.map(lambda part: work(*part), parts))
             best = min(best, time.perf_counter() - t)
-    return 2 * src.nbytes / best / 1e9
+    return best
+
+
+def copy_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) -> float:
+    """GB/s of a multi-threaded float32 copy (bytes read + written), best of ``reps``."""
+    src = np.ones(int(gib * (1 << 30)) // 4, np.float32)
+    dst = np.empty_like(src)
+    seconds = _all_core_seconds(lambda lo, hi: np.copyto(dst[lo:hi], src[lo:hi]), src.size,
+                                threads or os.cpu_count() or 1, reps)
+    return 2 * src.nbytes / seconds / 1e9
 
 
 def read_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) -> float:
@@ -73,36 +75,43 @@ def read_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) 
     A decode step only reads its weights, so this, not the copy, is the stream it can reach;
     it is reported beside the copy figure, which stays the roofline the issue judges by.
     """
-    threads = threads or os.cpu_count() or 1
     src = np.ones(int(gib * (1 << 30)) // 4, np.float32)
-    edges = np.linspace(0, src.size, threads + 1).astype(int)
-    parts = [src[lo:hi] for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    best = float("inf")
-    with ThreadPoolExecutor(threads) as pool:
-        for _ in range(reps):
-            t = time.perf_counter()
-            list(pool.map(np.sum, parts))  # NumPy releases the GIL in the reduction
-            best = min(best, time.perf_counter() - t)
-    return src.nbytes / best / 1e9
+    seconds = _all_core_seconds(lambda lo, hi: src[lo:hi].sum(), src.size,
+                                threads or os.cpu_count() or 1, reps)
+    return src.nbytes / seconds / 1e9
 
 
-def matmuls_alone_ms(decoder, tokens: int, reps: int) -> float:
+def float32_matmul(x, w):
+    return x @ w
+
+
+def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, layers=None,
+                     head=None) -> float:
     """Median ms of ONLY a pass's weight matmuls: the same arrays, ``tokens`` rows, the seven
     dots of every layer and the head, nothing else (best over ``SETTINGS``).
 
     No decoder built from XLA dots can beat this on this machine, so measured / this separates
     the decoder's own overhead (attention, norms, cache writes) from the dot library's speed.
+    ``matmul(x, w)`` with ``layers`` / ``head`` in its own weight format times another kind of
+    dot on the same chain (``quantized_dots``: W8A8); by default the decoder's float32 weights,
+    a tied head contracted against the embedding's rows as the decoder does.
     """
-    layers = [layer.weights() for layer in decoder.layers]
-    head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...]
-    contract = ((1,), (1,)) if decoder.config.tie_embeddings else ((1,), (0,))
+    if layers is None:
+        layers = [layer.weights() for layer in decoder.layers]
+    head_matmul = matmul
+    if head is None:
+        head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...]
+        if decoder.config.tie_embeddings:
+            def head_matmul(x, e):
+                return jax.lax.dot_general(x, e, (((1,), (1,)), ((), ())))
 
     def chain(x, layers, head):
         for w in layers:
-            q, k, v = x @ w["wq"], x @ w["wk"], x @ w["wv"]
-            x = x + (q + 1e-3 * (k.sum() + v.sum())) @ w["wo"]  # keep k, v alive
-            x = x + (jax.nn.silu(x @ w["w_gate"]) * (x @ w["w_up"])) @ w["w_down"]
-        return jax.lax.dot_general(x, head, (contract, ((), ())))
+            q, k, v = matmul(x, w["wq"]), matmul(x, w["wk"]), matmul(x, w["wv"])
+            x = x + matmul(q + 1e-3 * (k.sum() + v.sum()), w["wo"])  # keep k, v alive
+            x = x + matmul(jax.nn.silu(matmul(x, w["w_gate"])) * matmul(x, w["w_up"]),
+                           w["w_down"])
+        return head_matmul(x, head)
 
     x = jnp.full((tokens, decoder.config.hidden_size), 0.01, jnp.float32)
     best = float("inf")

@@ -52,14 +52,23 @@ def bf16(x, ws):
                             preferred_element_type=jnp.float32) for w in ws]
 
 
+def quantize(w) -> tuple:
+    """float32 [K, N] -> (int8 [K, N], float32 scale [N]): symmetric, per output channel."""
+    scale = jnp.maximum(jnp.max(jnp.abs(w), axis=0), 1e-30) / 127
+    return jnp.round(w / scale).astype(jnp.int8), scale
+
+
+def w8a8_dot(x, w, scale, contract: int = 0):
+    """int8 x int8 -> int32 dot with a per-row activation scale; ``w``'s dim ``contract`` is K."""
+    xs = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 127 + 1e-30
+    xi = jnp.round(x / xs).astype(jnp.int8)
+    acc = lax.dot_general(xi, w, (((1,), (contract,)), ((), ())),
+                          preferred_element_type=jnp.int32)
+    return acc.astype(jnp.float32) * xs * scale
+
+
 def w8a8(x, ws, scales):
-    out = []
-    for w, s in zip(ws, scales, strict=True):
-        xs = jnp.max(jnp.abs(x), axis=-1, keepdims=True) / 127
-        xi = jnp.round(x / xs).astype(jnp.int8)
-        acc = lax.dot_general(xi, w, (((1,), (0,)), ((), ())), preferred_element_type=jnp.int32)
-        out.append(acc.astype(jnp.float32) * xs * s)
-    return out
+    return [w8a8_dot(x, w, s) for w, s in zip(ws, scales, strict=True)]
 
 
 def dequant(x, ws, scales):
@@ -71,8 +80,7 @@ def main():
     rng = np.random.default_rng(0)
     wf = [jnp.asarray(rng.standard_normal((K, N)).astype(np.float32) * 0.02) for _ in range(count)]
     wb = [w.astype(jnp.bfloat16) for w in wf]
-    scales = [jnp.max(jnp.abs(w), axis=0) / 127 for w in wf]
-    wi = [jnp.round(w / s).astype(jnp.int8) for w, s in zip(wf, scales, strict=True)]
+    wi, scales = zip(*(quantize(w) for w in wf), strict=True)
     print("| rows | dots | float32 ms | bf16 x bf16 | int8 W8A8 | int8 dequant |")
     print("|---|---|---|---|---|---|")
     for rows in (1, 9):
@@ -86,20 +94,16 @@ def main():
                 f"{ms:.1f} ({base / ms:.2f}x)" for ms in cells) + " |", flush=True)
 
 
-def _w8a8_rows2(x, w_t, scale):
-    """x [1, K] times int8 w_t [N, K] (contracting K, which YNNPACK runs fastest) via 2 rows."""
-    xp = jnp.concatenate([x, jnp.zeros_like(x)])
-    xs = jnp.max(jnp.abs(xp), axis=-1, keepdims=True) / 127 + 1e-30
-    xi = jnp.round(xp / xs).astype(jnp.int8)
-    acc = lax.dot_general(xi, w_t, (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
-    return (acc.astype(jnp.float32) * xs * scale)[:1]
+def _w8a8_rows2(x, weight):
+    """x [1, K] times an (int8 [N, K], scale) weight through 2 rows: YNNPACK takes 2+ rows,
+    and contracts the [N, K] layout fastest."""
+    w_t, scale = weight
+    return w8a8_dot(jnp.concatenate([x, jnp.zeros_like(x)]), w_t, scale, contract=1)[:1]
 
 
 def _quantize_t(w) -> tuple:
-    """float32 [K, N] -> (int8 [N, K], float32 scale [N]): symmetric, per output channel."""
-    w = np.asarray(w)
-    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127
-    return jnp.asarray(np.round(w / scale).astype(np.int8).T.copy()), jnp.asarray(scale)
+    q, scale = quantize(jnp.asarray(w))
+    return q.T, scale  # a dense [N, K] copy
 
 
 def whole_model(name: str, reps: int = 10) -> None:
@@ -110,24 +114,14 @@ def whole_model(name: str, reps: int = 10) -> None:
     f32_ms = matmuls_alone_ms(decoder, 1, reps)
     names = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
     layers = [{n: _quantize_t(layer.weights()[n]) for n in names} for layer in decoder.layers]
-    head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...].T
-    head = _quantize_t(np.asarray(head).T)
+    head = decoder.embed[...].T if decoder.config.tie_embeddings else decoder.lm_head[...]
+    head = _quantize_t(head)
     int8_bytes = sum(w.nbytes for layer in layers for w, _ in layer.values()) + head[0].nbytes
-
-    def chain(x, layers, head):
-        mm = lambda h, ws: _w8a8_rows2(h, *ws)  # noqa: E731
-        for w in layers:
-            q, k, v = mm(x, w["wq"]), mm(x, w["wk"]), mm(x, w["wv"])
-            x = x + mm(q + 1e-3 * (k.sum() + v.sum()), w["wo"])
-            x = x + mm(jax.nn.silu(mm(x, w["w_gate"])) * mm(x, w["w_up"]), w["w_down"])
-        return mm(x, head)
-
-    x = jnp.full((1, decoder.config.hidden_size), 0.01, jnp.float32)
-    int8_ms = min(best_ms(jax.jit(chain, compiler_options=o), x, layers, head, reps=reps)
-                  for o in SETTINGS.values())
-    print(f"\n{name}, one decode step's weight matmuls alone (best over dot settings): "
-          f"float32 {f32_ms:.1f} ms ({4 * decoder.config.streamed_params / 1e9:.2f} GB), int8 W8A8 "
-          f"{int8_ms:.1f} ms ({int8_bytes / 1e9:.2f} GB): {f32_ms / int8_ms:.2f}x", flush=True)
+    int8_ms = matmuls_alone_ms(decoder, 1, reps, matmul=_w8a8_rows2, layers=layers, head=head)
+    print(f"\n{name}, one decode step's weight matmuls alone (median, best over dot settings): "
+          f"float32 {f32_ms:.1f} ms ({4 * decoder.config.streamed_params / 1e9:.2f} GB), int8 "
+          f"W8A8 {int8_ms:.1f} ms ({int8_bytes / 1e9:.2f} GB): {f32_ms / int8_ms:.2f}x",
+          flush=True)
 
 
 if __name__ == "__main__":
