@@ -78,7 +78,8 @@ class GreedyDraftVerifier:
             x = drafts[k, 0]
             trying = winner < 0
             accept = trying & (u[k] < safe_ratio(r[x], q[k, 0, x]))  # strict: u can be 0
-            r = jnp.where(trying & ~accept, residual(r, q[k, 0], fallback=r), r)
+            # cond, not where: unbatched, trials after the winner cost nothing.
+            r = lax.cond(trying & ~accept, lambda: residual(r, q[k, 0], fallback=r), lambda: r)
             return (r, jnp.where(accept, k, winner).astype(jnp.int32)), None
 
         (r, winner), _ = lax.scan(trial, (p[0, 0], jnp.int32(-1)), order)
@@ -87,14 +88,17 @@ class GreedyDraftVerifier:
         if L == 1:
             tau_chain, law = jnp.int32(0), p[lead, 1]
         else:
-            bv = self.block_chain(k_chain, drafts[lead, 1:], q[lead, 1:], p[lead, 1:])
-            walk = self.rrs_walk(k_chain, drafts, q, p, survivors, lead)
             # A lone survivor (always, under greedy drafting) gets BV; several i.i.d. survivors
             # get SpecInfer's walk. The choice depends on root tokens only, so both stay exact.
-            lone = survivors.sum() == 1
-            tau_chain = jnp.where(lone, bv[0], walk[0])
-            lead = jnp.where(lone, lead, walk[1])
-            law = jnp.where(lone, bv[1], walk[2])
+            # cond: unbatched, only the chosen stage runs.
+            def by_block():
+                tau_b, law_b = self.block_chain(k_chain, drafts[lead, 1:], q[lead, 1:],
+                                                p[lead, 1:])
+                return tau_b, lead, law_b
+
+            tau_chain, lead, law = lax.cond(
+                survivors.sum() == 1, by_block,
+                lambda: self.rrs_walk(k_chain, drafts, q, p, survivors, lead))
         tau = jnp.where(winner >= 0, 1 + tau_chain, 0).astype(jnp.int32)
         extra = jnp.where(winner >= 0, sample(k_extra, law), sample(k_res, r))
         return emit(drafts[lead], tau, extra, lead), state
@@ -123,7 +127,9 @@ class GreedyDraftVerifier:
 
         def depth(carry, t):
             alive, stopped, tau, lead, law = carry
-            winner, r = rrs(p[lead, t], drafts[:, t], q[:, t], alive & ~stopped, u[t])
+            winner, r = lax.cond(  # cond, not where: nodes after the stop cost nothing
+                stopped, lambda: (jnp.int32(-1), law),
+                lambda: rrs(p[lead, t], drafts[:, t], q[:, t], alive, u[t]))
             accepted = ~stopped & (winner >= 0)
             survivors = alive & (drafts[:, t] == drafts[jnp.maximum(winner, 0), t])
             alive = jnp.where(accepted, survivors, alive)

@@ -42,21 +42,34 @@ from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validat
 
 def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k
                   ) -> tuple[Float[Array, " V"], Int[Array, " V"]]:
-    """(s, rank): s(y) = F(y)^k - F^-(y)^k, the law of the max-ratio token among k i.i.d. draws
-    from q, and each token's rank (larger = preferred). One stable ascending sort of p/q: ties
-    keep id order, so among equal ratios the larger id ranks higher; F is an ascending cumsum,
-    accurate where it is small (low-ratio tokens)."""
-    V = p.shape[0]
+    """(s, key): s(y) = F(y)^k - F^-(y)^k, the law of the max-ratio token among k i.i.d. draws
+    from q, and each token's sort key (the ratio p/q as an order-preserving integer; among equal
+    keys the larger id is preferred). One stable ascending sort: ties keep id order, so among
+    equal ratios the larger id ranks higher; F is an ascending cumsum, accurate where it is small
+    (low-ratio tokens)."""
     ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
-    order = jnp.argsort(ratio, stable=True)
+    # A ratio is >= 0 (or +inf), and the bits of a non-negative IEEE float order like the float,
+    # so an integer key gives argsort's order; the integer sort of (key, id) is ~2x faster than
+    # the float comparator at the Qwen vocabulary (verify_cost). -0.0 is mapped to +0.0 first.
+    ratio = jnp.where(ratio == 0, jnp.zeros_like(ratio), ratio)
+    key = lax.bitcast_convert_type(ratio, {4: jnp.int32, 8: jnp.int64}[ratio.dtype.itemsize])
+    _, order = lax.sort((key, jnp.arange(p.shape[0], dtype=jnp.int32)), num_keys=1,
+                        is_stable=True)
     q_sorted = q[order]
     F = jnp.cumsum(q_sorted)
     F_below = F - q_sorted
     k = jnp.asarray(k, p.dtype)
     s_sorted = jnp.where(q_sorted > 0, jnp.maximum(F ** k - F_below ** k, 0.0), 0.0)
-    s = jnp.zeros_like(q).at[order].set(s_sorted)
-    rank = jnp.zeros(V, jnp.int32).at[order].set(jnp.arange(V, dtype=jnp.int32))
-    return s, rank
+    return jnp.zeros_like(q).at[order].set(s_sorted), key
+
+
+def preferred_token(key: Int[Array, " V"], tokens: Int[Array, " K"], live: Bool[Array, " K"]
+                    ) -> Int[Array, ""]:
+    """The live draft token that ranks highest in ``selection_law``'s sort: the largest key,
+    ties to the larger id (no rank table: only the drafted tokens are compared)."""
+    kt = key[tokens]
+    best = live & (kt == jnp.max(jnp.where(live, kt, jnp.iinfo(kt.dtype).min)))
+    return jnp.max(jnp.where(best, tokens, -1)).astype(jnp.int32)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +88,8 @@ class ImportanceSamplingVerifier:
         k = live.sum()
 
         def select():
-            s, rank = selection_law(p, q, k)
-            return s, tokens[jnp.argmax(jnp.where(live, rank[tokens], -1))].astype(jnp.int32)
+            s, key = selection_law(p, q, k)
+            return s, preferred_token(key, tokens, live)
 
         # One survivor (the common case below the root): s = q, no sort.
         s, y = lax.cond(k > 1, select,

@@ -79,8 +79,9 @@ class SpecInferVerifier:
             trying = live[k] & (winner < 0)
             accept = u[k] < safe_ratio(r[x], q_k[x])  # strict: u can be exactly 0
             winner = jnp.where(trying & accept, k, winner).astype(jnp.int32)  # int64 under x64
-            # Every rejected trial updates r, duplicates included (§2.1 notes).
-            r = jnp.where(trying & ~accept, residual(r, q_k, fallback=r), r)
+            # Every rejected trial updates r, duplicates included (§2.1 notes). cond, not where:
+            # unbatched, the trials after the winner (and dead drafts) cost nothing.
+            r = lax.cond(trying & ~accept, lambda: residual(r, q_k, fallback=r), lambda: r)
             return (r, winner), None
 
         (r, winner), _ = lax.scan(trial, (r, jnp.int32(-1)), jnp.arange(tokens.shape[0]))

@@ -89,7 +89,7 @@ class TraversalVerifier:
         p: Float[Array, "K L+1 V"],
         state=(),
     ) -> tuple[Verdict, tuple]:
-        K, L, _ = validate_inputs(self, drafts, q, p)
+        K, L, V = validate_inputs(self, drafts, q, p)
         k_coin, k_extra = jax.random.split(key)
         canon = merge_prefixes(drafts)
         schedule = post_order(canon)
@@ -97,23 +97,39 @@ class TraversalVerifier:
         # Node (c, d) = prefix drafts[c, :d] with c = canon[., d]; (0, 0) is the root.
         w0 = jnp.zeros((K, L + 1), p.dtype).at[0, 0].set(1.0)
         entered0 = jnp.zeros((K, L + 1), bool).at[0, 0].set(True)
+        # Residuals live on the current root-to-trial path only, one row per depth: in post-order
+        # a node's r changes only through its children's rejections, which all run while the
+        # traversal is inside its subtree, and its own trial (the last reader) comes right after.
+        # Row i is the depth-i node's r once a child rejection changed it (``mod[i]``); until then
+        # r is that node's target row p[src[i], i], read in place. Entering a node writes two
+        # scalars, and the loop carries L+1 rows instead of a [K, L+1, V] table.
+        rows0 = jnp.zeros((L + 1, V), p.dtype)
+        mod0 = jnp.zeros(L + 1, bool)
+        src0 = jnp.zeros(L + 1, jnp.int32)
 
-        def enter_path(k, d, w, r, entered):
-            """Set the weights of not yet entered nodes on draft k's path down to depth d."""
+        def residual(rows, mod, src, i):
+            return jnp.where(mod[i], rows[i], p[src[i], i])
+
+        def enter_path(k, d, w, rows, mod, src, entered):
+            """Enter the not yet entered nodes on draft k's path down to depth d: set their
+            weights from the parent's current r, and point their rows at their target rows."""
             for i in range(1, L + 1):
                 c, par = canon[k, i], canon[k, i - 1]
                 x = drafts[k, i - 1]
-                new_w = safe_ratio(w[par, i - 1] * r[par, i - 1, x], q[k, i - 1, x])
+                r_par_x = jnp.where(mod[i - 1], rows[i - 1, x], p[src[i - 1], i - 1, x])
+                new_w = safe_ratio(w[par, i - 1] * r_par_x, q[k, i - 1, x])
                 fresh = (i <= d) & ~entered[c, i]
                 w = w.at[c, i].set(jnp.where(fresh, new_w, w[c, i]))
                 entered = entered.at[c, i].set(entered[c, i] | fresh)
-            return w, entered
+                mod = mod.at[i].set(mod[i] & ~fresh)
+                src = src.at[i].set(jnp.where(fresh, c, src[i]))
+            return w, mod, src, entered
 
         def body(carry):
-            step, _, _, w, r, entered = carry
+            step, _, _, w, rows, mod, src, entered = carry
             e = schedule[step]
             k, d = e // L, e % L + 1
-            w, entered = enter_path(k, d, w, r, entered)
+            w, mod, src, entered = enter_path(k, d, w, rows, mod, src, entered)
             new = canon[k, d] == k
             accepted = new & (eta[k, d - 1] < w[k, d])
             # Rejected (or a duplicate): update the parent with this trial's own draft law. For
@@ -122,7 +138,7 @@ class TraversalVerifier:
             # its own token) need their own law, as SpecInfer's per-candidate q_k, or a token the
             # target gives probability 0 gets ratio 0/0 -> 1 and is accepted.
             par = canon[k, d - 1]
-            w_u, r_u, s_u = w[par, d - 1], r[par, d - 1], q[k, d - 1]
+            w_u, r_u, s_u = w[par, d - 1], residual(rows, mod, src, d - 1), q[k, d - 1]
             excess = jnp.maximum(w_u * r_u - s_u, 0.0)
             S = excess.sum()
             den = jnp.maximum(s_u - w_u * r_u, 0.0).sum()  # = S + 1 - w_u (rows sum to 1), >= 0
@@ -130,18 +146,20 @@ class TraversalVerifier:
             r_new = jnp.where(S > 0, excess / jnp.where(S > 0, S, 1.0), r_u)
             update = self.updates_parent(accepted, new)
             w = w.at[par, d - 1].set(jnp.where(update, w_new, w_u))
-            r = r.at[par, d - 1].set(jnp.where(update, r_new, r_u))
-            return step + 1, accepted, e, w, r, entered
+            rows = rows.at[d - 1].set(jnp.where(update, r_new, r_u))
+            mod = mod.at[d - 1].set(mod[d - 1] | update)
+            return step + 1, accepted, e, w, rows, mod, src, entered
 
         def cond(carry):
             step, accepted = carry[0], carry[1]
             return (step < K * L) & ~accepted
 
-        init = (jnp.int32(0), jnp.bool_(False), jnp.int32(0), w0, p, entered0)
-        _, accepted, e, _, r, _ = jax.lax.while_loop(cond, body, init)
+        init = (jnp.int32(0), jnp.bool_(False), jnp.int32(0), w0, rows0, mod0, src0, entered0)
+        _, accepted, e, _, rows, mod, src, _ = jax.lax.while_loop(cond, body, init)
         k = jnp.where(accepted, e // L, 0)
         tau = jnp.where(accepted, e % L + 1, 0).astype(jnp.int32)
-        # The accepted node's extra token comes from its current r: a bonus at depth L, else a
-        # correction; when every trial failed the root is accepted with its final residual.
-        extra = sample(k_extra, r[k, tau])
+        # The accepted node's extra token comes from its current r (its row is still on the path:
+        # the loop stops at the acceptance): a bonus at depth L, else a correction; when every
+        # trial failed the root is accepted with its final residual.
+        extra = sample(k_extra, residual(rows, mod, src, tau))
         return emit(drafts[k], tau, extra, k), state

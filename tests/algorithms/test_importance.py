@@ -22,7 +22,11 @@ from algorithms.exact.monte_carlo import chi_square, sample_emitted
 from algorithms.exact.token import token_law
 from algorithms.verifiers import get_verifier
 from algorithms.verifiers.base import safe_ratio, sample
-from algorithms.verifiers.importance import ImportanceSamplingVerifier, selection_law
+from algorithms.verifiers.importance import (
+    ImportanceSamplingVerifier,
+    preferred_token,
+    selection_law,
+)
 
 FPR = 1e-6  # false-positive rate of every Monte Carlo test
 SIZES = [(2, 2, 2), (2, 3, 3), (3, 1, 3), (3, 2, 2), (3, 2, 3), (4, 1, 4), (4, 2, 2), (3, 3, 2)]
@@ -61,6 +65,40 @@ def test_closed_form_selection_law_matches_enumeration(seed, k):
         q = p.copy()
     got = np.asarray(selection_law(jnp.asarray(p, jnp.float32), jnp.asarray(q, jnp.float32), k)[0])
     np.testing.assert_allclose(got, selection_law_by_enumeration(p, q, k), atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_integer_sort_key_orders_like_the_float_ratio(dtype):
+    """The kernel sorts p/q by its bits as an integer: the order (ties by id) and the preferred
+    draft token must be NumPy's stable float argsort, with ties, zeros, -0.0, the smallest normal
+    ratios and q = 0 (ratio inf) all present. (Not subnormals: XLA:CPU flushes them to zero before
+    either sort sees them.)"""
+    with jax.enable_x64(dtype == jnp.float64):
+        rng = np.random.default_rng(7)
+        V = 64
+        np_dtype = np.dtype(jnp.dtype(dtype).name)
+        tiny = np.finfo(np_dtype).smallest_normal
+        p = rng.integers(0, 3, V).astype(np_dtype)
+        q = rng.integers(0, 3, V).astype(np_dtype)
+        p[-4:] = [tiny, -0.0, tiny * 3, 0.0]  # at the end: -0.0 must not sort before 0s
+        q[-4:] = [1.0, 1.0, 2.0, 0.0]
+        ratio = np.where(q > 0, p / np.where(q > 0, q, 1), np.inf)
+        ratio = np.where(ratio == 0, 0.0, ratio)  # NumPy's sort puts -0.0 == +0.0 by id
+        expect = np.argsort(ratio, kind="stable")
+        _, key = selection_law(jnp.asarray(p, dtype), jnp.asarray(q, dtype), 2)
+        key = np.asarray(key)
+        got = np.lexsort((np.arange(V), key))
+        np.testing.assert_array_equal(got, expect)
+        rank = np.empty(V, int)
+        rank[expect] = np.arange(V)
+        for _ in range(50):
+            tokens = rng.choice(V, 3)
+            live = rng.random(3) < 0.7
+            live[rng.integers(3)] = True
+            expect_token = tokens[np.argmax(np.where(live, rank[tokens], -1))]
+            got_token = preferred_token(jnp.asarray(key), jnp.asarray(tokens, jnp.int32),
+                                        jnp.asarray(live))
+            assert int(got_token) == expect_token, (tokens, live)
 
 
 def test_example_reaches_the_two_draft_optimum():
