@@ -262,11 +262,15 @@ def gains_table(gain_rows: list[dict], setting: Setting, paper: bool = True) -> 
         gain_rows = [dict(g, paper=None) for g in gain_rows]
     lines = ["", "## SpecTr-GBV's relative gains" + (", ours beside the paper's" if paper else
                                                      " (the paper reports none here)"), "",
-             "Gain of `spectr_gbv` (as released, K = 3) in %: 100 (BE_gbv / BE_other - 1), "
-             "likewise SR; pooled over the datasets (ratio of sums over all prompts, "
-             "stratified paired bootstrap). Significant: the 95 % CI excludes 0. The paper's "
-             "pair is DeepSeek-33B / 1.3B; ours is much smaller, so the magnitudes need not "
-             "match, the signs and the ordering should.", "",
+             f"Gain of `spectr_gbv` (as released, K = {setting.K}) in %: 100 (BE_gbv / "
+             "BE_other - 1), likewise SR; "
+             + ("pooled over the datasets (ratio of sums over all prompts, stratified paired "
+                "bootstrap)" if len(setting.datasets) > 1 else
+                "ratio of sums over the prompts, paired bootstrap")
+             + ". Significant: the 95 % CI excludes 0."
+             + (" The paper's pair is DeepSeek-33B / 1.3B; ours is much smaller, so the "
+                "magnitudes need not match, the signs and the ordering should." if paper
+                else ""), "",
              "| SpecTr-GBV vs | paper BE gain | ours BE gain | sig. | paper SR gain | "
              "ours SR gain | sig. |", "|---|---|---|---|---|---|---|"]
     for g in gain_rows:
@@ -280,6 +284,8 @@ def gains_table(gain_rows: list[dict], setting: Setting, paper: bool = True) -> 
             f"{significant(pooled['BE'])} | {f'+{p[1]:.1f}' if p else '—'} | "
             f"{ci(sr, 1, True) if sr else '—'} | {significant(sr) if sr else '—'} |")
     ds = setting.datasets
+    if len(ds) == 1:  # the pooled rows above are that dataset's
+        return lines
     lines += ["", "Per dataset (BE gain % / SR gain %, 95 % CI):", "",
               "| SpecTr-GBV vs | " + " | ".join(DATASETS.get(d, d) for d in ds) + " |",
               "|---|" + "---|" * len(ds)]

@@ -2,7 +2,8 @@
 node (Khisti et al., ICLR 2025, arXiv 2410.18234; see algorithms/verifiers/importance.py).
 
 Independent of the JAX kernel: the selection law s is computed by enumerating every k-tuple of
-draws and crediting its max-ratio token, not from the F^k - F^-k closed form. Tree recursion as
+draws and crediting its top-ranked token (the kernel's ranking key, re-derived here), not from
+the F^k - F^-k closed form. Tree recursion as
 in ``algorithms.exact.spectr``: the law below a node depends only on (prefix, #survivors).
 """
 
@@ -15,9 +16,17 @@ import numpy as np
 from algorithms.exact.checker import accumulate
 
 
+def ratio_key(p: np.ndarray, q: np.ndarray, x: int) -> int:
+    """The kernel's ranking key (``algorithms.verifiers.importance.ratio_key``), in NumPy: p/q
+    as a float32, -0.0 and subnormals to 0, low 17 bits of the float's bits dropped."""
+    ratio = np.float32(p[x] / q[x]) if q[x] > 0 else np.float32(np.inf)
+    ratio = ratio if ratio >= np.finfo(np.float32).tiny else np.float32(0.0)
+    return int(np.asarray(ratio).view(np.uint32)) >> 17
+
+
 def selected(p: np.ndarray, q: np.ndarray, tokens: tuple[int, ...]) -> int:
-    """The max-ratio token of the tuple, ties to the larger id."""
-    return max(tokens, key=lambda x: (p[x] / q[x], x))
+    """The top-ranked token of the tuple: the largest ratio key, ties to the larger id."""
+    return max(tokens, key=lambda x: (ratio_key(p, q, x), x))
 
 
 def selection_law_by_enumeration(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:

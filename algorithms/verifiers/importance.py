@@ -9,8 +9,12 @@ Any IS step gives an exact scheme; the choice of IS weights sets the acceptance 
 
 The paper's optimal weights come from an LP; we implement the member of the class that has a
 closed form in O(V log V) (our choice, stated as such): pick the draft whose token has the largest
-ratio p/q (ties to the larger token id). With tokens ordered by that key and F(y) the q-mass of
-tokens ranked at or below y, F^-(y) the mass strictly below,
+ratio p/q, read at 7 significant bits (``ratio_key``: ratios within ~1/64 of each other tie; ties
+go to the larger token id). Any fixed ranking keeps the scheme exact (step (2) corrects for
+whatever law step (1) has); the coarse key only lets the vocabulary sort as one packed uint32
+operand, which XLA:CPU sorts ~6x faster than a (key, index) pair (5.6 vs 32 ms at V = 151,936).
+With tokens ordered by that key and F(y) the q-mass of tokens ranked at or below y, F^-(y) the
+mass strictly below,
 
     s(y) = F(y)^k - F^-(y)^k          (k i.i.d. draws; at k = 2: q(y)^2 + 2 q(y) F^-(y)).
 
@@ -35,26 +39,40 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
 
+#: Low bits of the packed sort operand that hold the token id: vocabularies up to 2^18 = 262,144
+#: (Qwen2's 151,936) sort as one uint32; larger ones sort a (key, id) pair, same order.
+INDEX_BITS = 18
+#: Bits of the ranking key: a non-negative float32's 8 exponent and top 6 mantissa bits.
+KEY_BITS = 32 - INDEX_BITS
+
+
+def ratio_key(p: Float[Array, " V"], q: Float[Array, " V"]) -> UInt32[Array, " V"]:
+    """The selection's ranking key: p/q (+inf where q = 0) as a float32 with its low mantissa
+    bits dropped. The bits of a non-negative IEEE float order like the float, so truncating them
+    is a monotone map (ratios within ~1/64 tie). -0.0 and subnormals map to 0, as XLA:CPU's
+    flush-to-zero would treat them anyway, so the key is the same on every backend."""
+    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf).astype(jnp.float32)
+    ratio = jnp.where(ratio >= jnp.finfo(jnp.float32).tiny, ratio, 0.0)
+    return lax.bitcast_convert_type(ratio, jnp.uint32) >> (32 - 1 - KEY_BITS)
+
 
 def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k
-                  ) -> tuple[Float[Array, " V"], Int[Array, " V"]]:
-    """(s, key): s(y) = F(y)^k - F^-(y)^k, the law of the max-ratio token among k i.i.d. draws
-    from q, and each token's sort key (the ratio p/q as an order-preserving integer; among equal
-    keys the larger id is preferred). One stable ascending sort: ties keep id order, so among
-    equal ratios the larger id ranks higher; F is an ascending cumsum, accurate where it is small
-    (low-ratio tokens)."""
-    ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
-    # A ratio is >= 0 (or +inf), and the bits of a non-negative IEEE float order like the float,
-    # so an integer key gives argsort's order; the integer sort of (key, id) is ~2x faster than
-    # the float comparator at the Qwen vocabulary (verify_cost). -0.0 is mapped to +0.0 first.
-    ratio = jnp.where(ratio == 0, jnp.zeros_like(ratio), ratio)
-    key = lax.bitcast_convert_type(ratio, {4: jnp.int32, 8: jnp.int64}[ratio.dtype.itemsize])
-    _, order = lax.sort((key, jnp.arange(p.shape[0], dtype=jnp.int32)), num_keys=1,
-                        is_stable=True)
+                  ) -> tuple[Float[Array, " V"], UInt32[Array, " V"]]:
+    """(s, key): s(y) = F(y)^k - F^-(y)^k, the law of the top-ranked token among k i.i.d. draws
+    from q, and each token's ``ratio_key``. One ascending sort by (key, id): among equal keys the
+    larger id ranks higher; F is an ascending cumsum, accurate where it is small (low-ratio
+    tokens)."""
+    V = p.shape[0]
+    key = ratio_key(p, q)
+    if V <= 1 << INDEX_BITS:  # one operand: (key, id) packed into a uint32
+        packed = (key << INDEX_BITS) | jnp.arange(V, dtype=jnp.uint32)
+        order = (lax.sort(packed) & ((1 << INDEX_BITS) - 1)).astype(jnp.int32)
+    else:
+        _, order = lax.sort((key, jnp.arange(V, dtype=jnp.int32)), num_keys=1, is_stable=True)
     q_sorted = q[order]
     F = jnp.cumsum(q_sorted)
     F_below = F - q_sorted
@@ -63,12 +81,12 @@ def selection_law(p: Float[Array, " V"], q: Float[Array, " V"], k
     return jnp.zeros_like(q).at[order].set(s_sorted), key
 
 
-def preferred_token(key: Int[Array, " V"], tokens: Int[Array, " K"], live: Bool[Array, " K"]
-                    ) -> Int[Array, ""]:
+def preferred_token(key: UInt32[Array, " V"], tokens: Int[Array, " K"],
+                    live: Bool[Array, " K"]) -> Int[Array, ""]:
     """The live draft token that ranks highest in ``selection_law``'s sort: the largest key,
     ties to the larger id (no rank table: only the drafted tokens are compared)."""
     kt = key[tokens]
-    best = live & (kt == jnp.max(jnp.where(live, kt, jnp.iinfo(kt.dtype).min)))
+    best = live & (kt == jnp.max(jnp.where(live, kt, 0)))
     return jnp.max(jnp.where(best, tokens, -1)).astype(jnp.int32)
 
 
@@ -83,7 +101,8 @@ class ImportanceSamplingVerifier:
 
     def node(self, key, p, q, tokens: Int[Array, " K"], live: Bool[Array, " K"]
              ) -> Int[Array, ""]:
-        """(1) select the live draft with the max-ratio token, (2) SD against its law s."""
+        """(1) select the live draft with the top-ranked token (``ratio_key``), (2) SD against its
+        law s."""
         k_coin, k_res = jax.random.split(key)
         k = live.sum()
 
