@@ -108,6 +108,8 @@ def summarize(which: str, base: Setting, by_value: dict) -> list[dict]:
                        BE=estimate(be_stat(cells, [d], name), cells, [d], name))
             if which != "T":
                 row["SR"] = estimate(sr_stat(cells, [d], name), cells, [d], name)
+                # as in Table 1: a resumed cell's SR divides by an AR from another session
+                row["other_session"] = cell["session"] != cells.get((d, "ar"), cell)["session"]
             out.append(row)
     return out
 
@@ -124,7 +126,8 @@ def markdown_table(which: str, rows: list[dict], values) -> list[str]:
             if r is None:
                 vals.append("—")
                 continue
-            vals.append(f"BE {ci(r['BE'])}" + (f"<br>SR {ci(r['SR'])}" if "SR" in r else ""))
+            vals.append(f"BE {ci(r['BE'])}" + (f"<br>SR {ci(r['SR'])}" if "SR" in r else "")
+                        + (" †" if r.get("other_session") else ""))
         shown = n + (f" ({PAPER_NAMES[n]})" if n in PAPER_NAMES else "")
         lines.append(f"| {shown} | " + " | ".join(vals) + " |")
     return lines
@@ -188,7 +191,8 @@ def main(argv=None) -> dict:
     md += ["", f"Swept: {args.which} in {list(values)}; fixed: "
            + fixed.format(K=base.K, L=base.L, T=base.temperature)
            + " (the Setting line above shows the unswept values). "
-           + ("SR: over one AR cell (AR does not depend on the swept value)."
+           + ("SR: over one AR cell (AR does not depend on the swept value); a † marks a "
+              "cell measured in another session than that AR cell (after a resume)."
               if args.which != "T" else "BE only (no AR cells)."), ""]
     md += markdown_table(args.which, rows, values)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -183,6 +183,20 @@ def test_ablation_tables_and_figures(which, fake_runs, tmp_path):
         assert be[7] > be[1]
 
 
+def test_ablation_marks_sr_cells_from_another_session(fake_runs, tmp_path, monkeypatch):
+    """A resumed ablation reuses AR and K = 1 from the first session; the K = 2 cells measured
+    after it divide by that AR, so their SR is marked, and only theirs."""
+    ablations.main(["--preset", "tiny", "--which", "K", "--values", "1", "--out", str(tmp_path)])
+    monkeypatch.setattr(cells, "SESSION", "a-later-session")
+    res = ablations.main(["--preset", "tiny", "--which", "K", "--values", "1,2",
+                          "--out", str(tmp_path)])
+    assert {r["value"] for r in res["rows"] if r["other_session"]} == {2}
+    table = [line for line in (tmp_path / "ablation_K_tiny.md").read_text().splitlines()
+             if line.startswith("| ") and "K = 1" not in line]
+    assert all(row.split(" | ")[1].count("†") == 0 and row.split(" | ")[2].count("†") == 1
+               for row in table), table
+
+
 def test_repo_table_uses_the_repository_setting(fake_runs, tmp_path):
     res = table_repo.main(["--preset", "full", "--out", str(tmp_path)])
     s = res["setting"]
