@@ -16,17 +16,20 @@ import numpy as np
 from algorithms.exact.checker import accumulate
 
 
-def ratio_key(p: np.ndarray, q: np.ndarray, x: int) -> int:
-    """The kernel's ranking key (``algorithms.verifiers.importance.ratio_key``), in NumPy: p/q
-    as a float32, -0.0 and subnormals to 0, low 17 bits of the float's bits dropped."""
-    ratio = np.float32(p[x] / q[x]) if q[x] > 0 else np.float32(np.inf)
-    ratio = ratio if ratio >= np.finfo(np.float32).tiny else np.float32(0.0)
-    return int(np.asarray(ratio).view(np.uint32)) >> 17
+def ratio_key(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The kernel's ranking key (``algorithms.verifiers.importance.ratio_key``), in NumPy, per
+    token: p/q as a float32 (inf where q = 0), -0.0 and subnormals to 0, the float's low 17
+    bits dropped."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(q > 0, p / np.where(q > 0, q, 1), np.inf).astype(np.float32)
+    ratio[~(ratio >= np.finfo(np.float32).tiny)] = 0.0
+    return ratio.view(np.uint32) >> 17
 
 
 def selected(p: np.ndarray, q: np.ndarray, tokens: tuple[int, ...]) -> int:
     """The top-ranked token of the tuple: the largest ratio key, ties to the larger id."""
-    return max(tokens, key=lambda x: (ratio_key(p, q, x), x))
+    key = ratio_key(p, q)
+    return max(tokens, key=lambda x: (int(key[x]), x))
 
 
 def selection_law_by_enumeration(p: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:

@@ -41,7 +41,6 @@ from algorithms.verifiers.base import (
     Verdict,
     emit,
     residual,
-    safe_ratio,
     sample,
     validate_inputs,
 )
@@ -70,19 +69,12 @@ class GreedyDraftVerifier:
         K, L, _ = validate_inputs(self, drafts, q, p)
         k_root, k_res, k_chain, k_extra = jax.random.split(key, 4)
         u = jax.random.uniform(k_root, (K,))
-        # Root: recursive rejection with per-draft laws, the sampled draft (index K-1) first.
+        # Root: recursive rejection with per-draft laws (SpecInfer's node), the sampled draft
+        # (index K-1) first.
         order = jnp.concatenate([jnp.array([K - 1]), jnp.arange(K - 1)]).astype(jnp.int32)
-
-        def trial(carry, k):
-            r, winner = carry
-            x = drafts[k, 0]
-            trying = winner < 0
-            accept = trying & (u[k] < safe_ratio(r[x], q[k, 0, x]))  # strict: u can be 0
-            # cond, not where: unbatched, trials after the winner cost nothing.
-            r = lax.cond(trying & ~accept, lambda: residual(r, q[k, 0], fallback=r), lambda: r)
-            return (r, jnp.where(accept, k, winner).astype(jnp.int32)), None
-
-        (r, winner), _ = lax.scan(trial, (p[0, 0], jnp.int32(-1)), order)
+        first, r = SpecInferVerifier().rrs_node(p[0, 0], drafts[order, 0], q[order, 0],
+                                                jnp.ones(K, bool), u[order])
+        winner = jnp.where(first >= 0, order[jnp.maximum(first, 0)], -1).astype(jnp.int32)
         lead = jnp.maximum(winner, 0)
         survivors = drafts[:, 0] == drafts[lead, 0]
         if L == 1:
