@@ -25,10 +25,12 @@ a drafter that misreports q (reports q flattened halfway to uniform) must fail.
 from __future__ import annotations
 
 import argparse
+import json
 import time
+import zlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jax
@@ -117,9 +119,10 @@ def sample_pairs(target, drafter, verifier, prompt, n: int, seed: int, batch: in
     import specjax
     from specjax.sampling import Sampling
 
+    rows_per_call = -(-n // -(-n // batch))  # equal batches: no call pays for padding rows
     res = specjax.generate(target, [list(prompt)] * n, drafter=drafter, verifier=verifier,
                            sampling=Sampling(temperature=1.0), max_new_tokens=2, seed=seed,
-                           batch_size=min(batch, n), progress=False)
+                           batch_size=rows_per_call, progress=False, shared_prompt=True)
     return Counter(tuple(t) for t in res.tokens)
 
 
@@ -143,7 +146,11 @@ MUTANT_ROWS = (("token", 1), ("specinfer", 3))
 
 def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *, L: int,
          exit_layers: int, mutant_rows=MUTANT_ROWS):
-    """(label, drafter or None, verifier name, K, refusal reason or None) for every row."""
+    """(label, drafter or None, verifier name, K, refusal reason or None) for every row.
+
+    Ordered so that a run stopped early (the full audit takes hours on a CPU) has the rows that
+    matter most: each verifier at its largest K with the first drafter, the misreporting
+    drafter, each verifier at its largest K with the other drafters, then the smaller K."""
     from algorithms.verifiers import check_pairing, get_verifier
     from specjax.drafters import EarlyExitDrafter, NgramDrafter
 
@@ -152,58 +159,87 @@ def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *
             return EarlyExitDrafter(K=K, L=L, num_layers=exit_layers)
         return NgramDrafter(K=K, L=L)
 
-    for kind in drafters:
-        for name in verifiers:
-            v = get_verifier(name)
-            for K in Ks:
-                if v.max_drafts is not None and K > v.max_drafts:
-                    continue
-                d = make(kind, K)
-                try:
-                    check_pairing(v, d.draft_structure, K, drafter_name=type(d).__name__)
-                    yield kind, d, name, K, None
-                except ValueError as e:
-                    yield kind, None, name, K, str(e)
+    def row(kind, name, K):
+        d = make(kind, K)
+        try:
+            check_pairing(get_verifier(name), d.draft_structure, K, drafter_name=type(d).__name__)
+            return kind, d, name, K, None
+        except ValueError as e:
+            return kind, None, name, K, str(e)
+
+    def ks(name):  # largest first
+        top = get_verifier(name).max_drafts
+        return sorted((K for K in Ks if top is None or K <= top), reverse=True)
+
+    largest = [(kind, name, ks(name)[0]) for kind in drafters for name in verifiers if ks(name)]
+    rest = [(kind, name, K) for kind in drafters for name in verifiers for K in ks(name)[1:]]
+    yield from (row(*r) for r in largest if r[0] == drafters[0])
     for name, K in mutant_rows:
         bad = misreporting(EarlyExitDrafter)(K=K, L=L, num_layers=exit_layers)
         yield "early_exit, misreports q", bad, name, K, None
+    yield from (row(*r) for r in largest if r[0] != drafters[0])
+    yield from (row(*r) for r in rest)
+
+
+def row_seed(seed: int, kind: str, name: str, K: int) -> int:
+    """A row's seed from its identity, so a subset or a resumed run draws the same samples."""
+    return seed + 10 * (zlib.crc32(f"{kind}|{name}|{K}".encode()) % 10_000_000)
 
 
 def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("early_exit", "ngram"),
           Ks=(1, 3), L: int = 2, samples: int = 20_000, exit_layers: int = 1, batch: int = 2000,
-          seed: int = 0, mutant_rows=MUTANT_ROWS, log=print, on_row=None) -> list[dict]:
-    """One dict per row: drafter, verifier, K, and the pooled G-test over the prompts."""
+          seed: int = 0, mutant_rows=MUTANT_ROWS, log=print, on_row=None,
+          store=None) -> list[dict]:
+    """One dict per row: drafter, verifier, K, and the pooled G-test over the prompts.
+
+    ``store`` (a ``paper_repro.cells.CellStore``) keeps each finished row under a key of its
+    whole setting, and a row already stored is reused: a killed audit resumes."""
     from algorithms.verifiers import get_verifier
+    from paper_repro.cells import SESSION
 
     laws = [ExactLaw(target, p) for p in prompts]
-    per_prompt = max(1, samples // len(prompts))
+    per_prompt = -(-samples // len(prompts))  # at least ``samples`` in all
+    plan = list(rows(verifiers, drafters, Ks, L=L, exit_layers=exit_layers,
+                     mutant_rows=mutant_rows))
     out = []
-    for i, (kind, drafter, name, K, refused) in enumerate(
-            rows(verifiers, drafters, Ks, L=L, exit_layers=exit_layers, mutant_rows=mutant_rows)):
+    for kind, drafter, name, K, refused in plan:
         row = dict(drafter=kind, verifier=name, K=K, lossless=get_verifier(name).lossless)
         if refused:
             out.append(row | dict(refused=refused))
             log(f"{kind:>26} {name:<16} K={K}: refused")
             continue
+        key = json.dumps(dict(model=getattr(target, "name", "?"), prompts=[list(map(int, p))
+                              for p in prompts], drafter=kind, verifier=name, K=K, L=L,
+                              exit_layers=exit_layers, per_prompt=per_prompt, seed=seed),
+                         sort_keys=True)
+        stored = store.get(key) if store is not None else None
+        if stored is not None:
+            out.append(row | dict(samples=stored["samples"], fit=Fit(**stored["fit"]),
+                                  seconds=stored["seconds"], resumed=True))
+            log(f"{kind:>26} {name:<16} K={K}: stored (resumed)")
+            continue
         t0 = time.perf_counter()
         g = df = tv = unexpected = 0
         for j, (prompt, law) in enumerate(zip(prompts, laws, strict=True)):
             counts = sample_pairs(target, drafter, name, prompt, per_prompt,
-                                  seed=seed + 1000 * i + j, batch=batch)
+                                  seed=row_seed(seed, kind, name, K) + j, batch=batch)
             gj, dfj, tvj, uj = g_test(counts, law, per_prompt)
             g, df, tv, unexpected = g + gj, df + dfj, tv + tvj / len(prompts), unexpected + uj
         fit = Fit(g, df, float(stats.chi2.sf(g, df)) if df > 0 else 1.0, tv, unexpected)
         out.append(row | dict(samples=per_prompt * len(prompts), fit=fit,
                               seconds=time.perf_counter() - t0))
+        if store is not None:
+            store.put(dict(key=key, session=SESSION, samples=out[-1]["samples"],
+                           fit=asdict(fit), seconds=out[-1]["seconds"]))
         log(f"{kind:>26} {name:<16} K={K}: G={fit.g:.1f} df={fit.df} p={fit.p_value:.3g} "
             f"TV~{fit.tv:.4f} unexpected={fit.unexpected} ({out[-1]['seconds']:.0f} s)")
-        if on_row is not None:
-            on_row(out)  # e.g. rewrite the results file, so a long run keeps what it finished
+        if on_row is not None:  # e.g. rewrite the results file, so a long run keeps its rows
+            on_row(out, [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan[len(out):]])
     return out
 
 
 def render(results: list[dict], *, model: str, prompts: Sequence[str], command: str,
-           note: str = "") -> str:
+           note: str = "", pending: Sequence[str] = ()) -> str:
     lines = [
         f"# Real-model losslessness audit: {model}, T = 1, first 2 generated tokens",
         "",
@@ -219,18 +255,21 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
     if note:
         lines += [note, ""]
     lines += ["| drafter | verifier | K | claims lossless | samples | G | df | p-value | TV est. "
-              "| verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "| verdict | s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         head = f"| {r['drafter']} | {r['verifier']} | {r['K']} | {'yes' if r['lossless'] else 'no'}"
         if "refused" in r:
-            lines.append(f"{head} | – | – | – | – | – | refused before compiling |")
+            lines.append(f"{head} | – | – | – | – | – | refused before compiling | – |")
             continue
         f = r["fit"]
         verdict = "pass" if f.passes() else "FAIL"
         if f.unexpected:
             verdict += f" ({f.unexpected} impossible samples)"
         lines.append(f"{head} | {r['samples']} | {f.g:.1f} | {f.df} | {f.p_value:.3g} | "
-                     f"{f.tv:.4f} | {verdict} |")
+                     f"{f.tv:.4f} | {verdict} | {r['seconds']:.0f} |")
+    if pending:
+        lines += ["", f"Not measured yet ({len(pending)} rows; rerun the command to resume): "
+                  + "; ".join(pending) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -256,6 +295,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="use the first N of the built-in prompts")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", default="")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-resume", dest="resume", action="store_false",
+                        help="measure every row again (stored rows of earlier runs are ignored)")
     args = parser.parse_args(argv)
     names = args.verifiers or list_verifiers()
     unknown = sorted(set(names) - set(list_verifiers()))
@@ -275,14 +317,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = "python -m paper_repro.audit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(results):
+    def write(results, pending=()):
         args.out.write_text(render(results, model=args.model, prompts=PROMPTS[:args.prompts],
-                                   command=command, note=args.note))
+                                   command=command, note=args.note, pending=pending))
 
+    from paper_repro.cells import CellStore
+
+    # Finished rows, one JSON line each, next to the table: a killed audit resumes from them.
+    store = CellStore(args.out.parent / "runs" / f"{args.out.stem}_rows.jsonl",
+                      resume=args.resume)
     results = audit(target, prompts, verifiers=names, drafters=args.drafters, Ks=args.K,
                     L=args.L, samples=args.samples, exit_layers=args.exit_layers,
-                    batch=args.batch, mutant_rows=mutant_rows,
-                    on_row=write)
+                    batch=args.batch, seed=args.seed, mutant_rows=mutant_rows,
+                    on_row=write, store=store)
     write(results)
     print(f"wrote {args.out}")
 

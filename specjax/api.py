@@ -132,7 +132,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
              compiler_options: dict | None = None, breakdown: bool = False,
-             mesh=None) -> GenerationResult:
+             mesh=None, shared_prompt: bool = False) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
@@ -150,6 +150,11 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     ``data`` axis (padded with finished rows to a multiple of it) and the target's heads and MLP
     columns over its ``model`` axis; the loop is still one jitted call, and the tokens and
     counters are those of one device.
+
+    ``shared_prompt=True`` says every prompt is the same (n samples of one prompt, as the
+    losslessness audit draws): the prompt is prefilled once per batch and broadcast, which at
+    short generations is most of the work saved. Each row keeps its own key, so the tokens have
+    the same law as without it (prefill at batch 1 may round differently from the batched one).
     """
     target = _resolve_model(target, "target")
     draft = _resolve_model(draft, "draft")
@@ -161,6 +166,11 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     ids = _encode(target, prompts, chat)
     _check_lengths(ids, max_new_tokens, [target] if dmodule is None or draft is None
                    else [target, draft])
+    if shared_prompt:
+        other = next((i for i, p in enumerate(ids) if p != ids[0]), None)
+        if other is not None:
+            raise ValueError(f"shared_prompt: every prompt must be the same token sequence, but "
+                             f"prompt {other} differs from prompt 0; pass shared_prompt=False")
     B = len(ids) if batch_size is None else int(batch_size)
     if B < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
@@ -176,7 +186,8 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
                       verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
                       eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
-                      max_new_tokens=max_new_tokens, prompt_pad=pad, mesh=mesh)
+                      max_new_tokens=max_new_tokens, prompt_pad=pad, mesh=mesh,
+                      shared_prompt=bool(shared_prompt))
     root = jax.random.key(seed)
     n_batches = -(-len(ids) // B)
     arrays = []

@@ -74,6 +74,9 @@ class DecodeLoop:
     max_new_tokens: int
     prompt_pad: int
     mesh: Any = None  # a (data, model) jax.sharding.Mesh (specjax.parallel); None = one device
+    # Every row holds the same prompt (n samples of one prompt: audits, best-of-n): prefill it
+    # once and broadcast the state, instead of B identical prefills (``run``).
+    shared_prompt: bool = False
 
     @property
     def K(self) -> int:
@@ -250,7 +253,15 @@ class DecodeLoop:
             keys: Array) -> dict[str, Array]:
         target = nnx.merge(self.target_graph, target_state)
         dmodel = None if self.draft_graph is None else nnx.merge(self.draft_graph, draft_state)
-        state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths, keys)
+        if self.shared_prompt:
+            # One prefill, then B copies that differ only in their keys; padding rows (length
+            # 0) are done from the start as in ``init``.
+            one = self.init(target, dmodel, prompts[0], lengths[0], keys[0])
+            state = jax.tree.map(lambda x: jnp.broadcast_to(x, (prompts.shape[0],) + x.shape), one)
+            state = state.replace(key=keys, done=(lengths < 1) | (self.max_new_tokens < 1))
+        else:
+            state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths,
+                                                                                  keys)
         state = self.shard(state)
 
         def cond(st):

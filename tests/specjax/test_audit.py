@@ -44,3 +44,20 @@ def test_lossless_row_passes_and_misreporting_drafter_fails(tiny):
     assert bad["drafter"].endswith("misreports q") and not bad["fit"].passes(ALPHA), bad
     table = render(results, model="tiny", prompts=["ids"], command="test")
     assert "| early_exit | specinfer | 3 | yes | 1000 |" in table and "FAIL" in table
+
+
+def test_a_killed_audit_resumes_from_its_stored_rows(tiny, tmp_path):
+    """Finished rows are stored as they finish; a new run (a new store object, as after a kill)
+    reuses them instead of sampling again; a row's seed comes from its identity, so measuring
+    it again (an empty store) draws the same samples."""
+    from paper_repro.cells import CellStore
+
+    path = tmp_path / "rows.jsonl"
+    kw = dict(verifiers=["token"], drafters=("early_exit",), Ks=(1,), samples=200,
+              exit_layers=1, batch=200, mutant_rows=(), log=lambda *_: None)
+    first = audit(tiny, [PROMPT], store=CellStore(path), **kw)[0]
+    assert len(path.read_text().splitlines()) == 1 and "resumed" not in first
+    again = audit(tiny, [PROMPT], store=CellStore(path), **kw)[0]
+    assert again["resumed"] and again["fit"] == first["fit"]
+    fresh = audit(tiny, [PROMPT], store=CellStore(tmp_path / "other.jsonl"), **kw)[0]
+    assert "resumed" not in fresh and fresh["fit"] == first["fit"]

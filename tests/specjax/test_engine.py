@@ -56,6 +56,32 @@ def test_seeds_reproduce_and_batching_does_not_matter():
     assert d.tokens == a.tokens
 
 
+@pytest.mark.parametrize("model", ["toy", "tiny-decoder"])
+def test_shared_prompt_prefill_gives_the_per_row_tokens(model):
+    """One broadcast prefill must hand every row the state B separate prefills would: same
+    tokens for the same keys, with a drafter (its state is broadcast too) and padding rows."""
+    from specjax.drafters import EarlyExitDrafter
+    from specjax.models.config import tiny_config
+    from specjax.models.decoder import Decoder
+    from specjax.models.toy import ToyLoaded
+
+    if model == "toy":
+        target, kw = load_toy("toy-target"), dict(draft=load_toy("toy-draft"),
+                                                  drafter=ModelDrafter(K=2, L=2))
+        prompt = [1, 2, 3, 1]
+    else:
+        target = ToyLoaded(name="tiny", model=Decoder.random(tiny_config("llama"), seed=0))
+        kw, prompt = dict(drafter=EarlyExitDrafter(K=2, L=2, num_layers=1)), [5, 9, 11, 5, 9]
+    kw |= dict(verifier="specinfer", sampling=Sampling(temperature=1.0), max_new_tokens=5,
+               seed=7, batch_size=3, compiler_options=FAST, progress=False)
+    per_row = generate(target, [prompt] * 8, **kw)
+    shared = generate(target, [prompt] * 8, shared_prompt=True, **kw)
+    assert shared.tokens == per_row.tokens
+    assert len(set(map(tuple, shared.tokens))) > 1  # the rows really drew different samples
+    with pytest.raises(ValueError, match="shared_prompt: .*prompt 1 differs"):
+        generate(target, [prompt, prompt[:-1]], shared_prompt=True, **kw)
+
+
 @pytest.mark.parametrize("drafter", [None, ModelDrafter(K=1, L=3)])
 def test_eos_stops_and_max_new_tokens_is_respected(drafter):
     eos = 4
