@@ -149,8 +149,9 @@ def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *
     """(label, drafter or None, verifier name, K, refusal reason or None) for every row.
 
     Ordered so that a run stopped early (the full audit takes hours on a CPU) has the rows that
-    matter most: each verifier at its largest K with the first drafter, the misreporting
-    drafter, each verifier at its largest K with the other drafters, then the smaller K."""
+    matter most: first the misreporting drafter's first row (an audit that cannot fail it is
+    worth nothing), then each verifier at its largest K with the first drafter, the other
+    misreporting rows, each verifier at its largest K with the other drafters, the smaller K."""
     from algorithms.verifiers import check_pairing, get_verifier
     from specjax.drafters import EarlyExitDrafter, NgramDrafter
 
@@ -173,10 +174,14 @@ def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *
 
     largest = [(kind, name, ks(name)[0]) for kind in drafters for name in verifiers if ks(name)]
     rest = [(kind, name, K) for kind in drafters for name in verifiers for K in ks(name)[1:]]
+    def mutants(selected):
+        for name, K in selected:
+            bad = misreporting(EarlyExitDrafter)(K=K, L=L, num_layers=exit_layers)
+            yield "early_exit, misreports q", bad, name, K, None
+
+    yield from mutants(mutant_rows[:1])
     yield from (row(*r) for r in largest if r[0] == drafters[0])
-    for name, K in mutant_rows:
-        bad = misreporting(EarlyExitDrafter)(K=K, L=L, num_layers=exit_layers)
-        yield "early_exit, misreports q", bad, name, K, None
+    yield from mutants(mutant_rows[1:])
     yield from (row(*r) for r in largest if r[0] != drafters[0])
     yield from (row(*r) for r in rest)
 
