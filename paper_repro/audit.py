@@ -256,6 +256,9 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
         "alone makes it > 0). A lossless verifier should pass; the misreporting drafter must "
         "fail; spectr_gbv is a declared-lossy port.",
         "",
+        "Earlier reduced runs (1,000-4,000 samples per row, every lossless verifier, and the "
+        "same audit on the tiny random decoder) are in `audit_reduced.md`.",
+        "",
     ]
     if note:
         lines += [note, ""]
