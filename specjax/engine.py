@@ -130,10 +130,14 @@ class DecodeLoop:
             history=jnp.zeros((T,), jnp.int32).at[: prompt.shape[0]].set(prompt),
             n=n.astype(jnp.int32), prompt_len=n.astype(jnp.int32), cache=cache,
             drafter_state=ds, verifier_state=vs, key=key,
-            done=(length < 1) | (self.max_new_tokens < 1), steps=zero, drafter_calls=zero,
+            done=self.starts_done(length), steps=zero, drafter_calls=zero,
             new_tokens=zero, accepted=zero,
             accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False),
             nonfinite=zero)
+
+    def starts_done(self, length):
+        """A row with nothing to do: a padding row (length 0), or no tokens asked for."""
+        return (length < 1) | (self.max_new_tokens < 1)
 
     @property
     def tree_sizes(self) -> tuple[int, ...]:
@@ -258,7 +262,7 @@ class DecodeLoop:
             # 0) are done from the start as in ``init``.
             one = self.init(target, dmodel, prompts[0], lengths[0], keys[0])
             state = jax.tree.map(lambda x: jnp.broadcast_to(x, (prompts.shape[0],) + x.shape), one)
-            state = state.replace(key=keys, done=(lengths < 1) | (self.max_new_tokens < 1))
+            state = state.replace(key=keys, done=self.starts_done(lengths))
         else:
             state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths,
                                                                                   keys)
