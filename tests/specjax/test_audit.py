@@ -61,3 +61,35 @@ def test_a_killed_audit_resumes_from_its_stored_rows(tiny, tmp_path):
     assert again["resumed"] and again["fit"] == first["fit"]
     fresh = audit(tiny, [PROMPT], store=CellStore(tmp_path / "other.jsonl"), **kw)[0]
     assert "resumed" not in fresh and fresh["fit"] == first["fit"]
+
+
+def test_stored_only_renders_the_stored_rows_and_measures_nothing(tiny, tmp_path):
+    """``measure=False`` (``--stored-only``) stops at the first row not stored and hands the
+    table, with that row and the rest listed as pending, to ``on_row``."""
+    from paper_repro.cells import CellStore
+
+    path = tmp_path / "rows.jsonl"
+    kw = dict(drafters=("early_exit",), Ks=(1,), samples=200, exit_layers=1, batch=200,
+              mutant_rows=(), log=lambda *_: None)
+    audit(tiny, [PROMPT], verifiers=["token"], store=CellStore(path), **kw)
+    seen = []
+    out = audit(tiny, [PROMPT], verifiers=["token", "block"], store=CellStore(path),
+                measure=False, on_row=lambda rows, pending: seen.append((rows, pending)), **kw)
+    assert [r["verifier"] for r in out] == ["token"]  # rows run in the verifiers' order
+    assert all(r.get("resumed") for r in out)
+    assert len(path.read_text().splitlines()) == 1  # nothing new was sampled
+    (rows_seen, pending), = seen
+    assert rows_seen == out and len(pending) == 1 and "/ K = 1" in pending[0]
+
+
+def test_a_declared_lossy_row_is_never_called_a_pass():
+    from paper_repro.audit import Fit
+
+    row = dict(drafter="early_exit", verifier="hsd", K=1, lossless=False, samples=100,
+               seconds=1.0)
+    calm = render([row | dict(fit=Fit(10.0, 10, 0.5, 0.01, 0))], model="m", prompts=["p"],
+                  command="c")
+    loud = render([row | dict(fit=Fit(99.0, 10, 1e-9, 0.2, 0))], model="m", prompts=["p"],
+                  command="c")
+    assert "bias not resolved" in calm and "| pass |" not in calm
+    assert "bias detected" in loud and "FAIL" not in loud
