@@ -208,6 +208,10 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
     plan = list(rows(verifiers, drafters, Ks, L=L, exit_layers=exit_layers,
                      mutant_rows=mutant_rows))
     out = []
+
+    def pending() -> list[str]:  # the plan's rows after those in ``out``
+        return [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan[len(out):]]
+
     for kind, drafter, name, K, refused in plan:
         row = dict(drafter=kind, verifier=name, K=K, lossless=get_verifier(name).lossless)
         if refused:
@@ -226,7 +230,7 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
             continue
         if not measure:
             if on_row is not None:
-                on_row(out, [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan[len(out):]])
+                on_row(out, pending())
             return out
         t0 = time.perf_counter()
         g = df = tv = unexpected = 0
@@ -244,7 +248,7 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
         log(f"{kind:>26} {name:<16} K={K}: G={fit.g:.1f} df={fit.df} p={fit.p_value:.3g} "
             f"TV~{fit.tv:.4f} unexpected={fit.unexpected} ({out[-1]['seconds']:.0f} s)")
         if on_row is not None:  # e.g. rewrite the results file, so a long run keeps its rows
-            on_row(out, [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan[len(out):]])
+            on_row(out, pending())
     if not measure and on_row is not None:  # every row was stored
         on_row(out, [])
     return out
