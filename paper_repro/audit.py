@@ -229,9 +229,7 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
             log(f"{kind:>26} {name:<16} K={K}: stored (resumed)")
             continue
         if not measure:
-            if on_row is not None:
-                on_row(out, pending())
-            return out
+            break
         t0 = time.perf_counter()
         g = df = tv = unexpected = 0
         for j, (prompt, law) in enumerate(zip(prompts, laws, strict=True)):
@@ -249,8 +247,8 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
             f"TV~{fit.tv:.4f} unexpected={fit.unexpected} ({out[-1]['seconds']:.0f} s)")
         if on_row is not None:  # e.g. rewrite the results file, so a long run keeps its rows
             on_row(out, pending())
-    if not measure and on_row is not None:  # every row was stored
-        on_row(out, [])
+    if not measure and on_row is not None:  # the stored rows, the rest listed as pending
+        on_row(out, pending())
     return out
 
 
