@@ -9,7 +9,7 @@ Rows: AR, SD (``token``), GBV (``greedy_block``) and ``block`` with one draft, t
 with K drafts. Columns: HumanEval, GSM8K and Alpaca (the EAGLE 80-prompt suites), each with block
 efficiency BE (generated tokens per target call) and speedup SR (throughput over AR measured in
 the same run on the same prompts), both with a 95 % paired percentile bootstrap CI over prompts
-(``paper_repro.bootstrap``). Pair: Qwen2.5-Coder 1.5B-Instruct target, 0.5B-Instruct draft
+(``specjax.bootstrap``). Pair: Qwen2.5-Coder 1.5B-Instruct target, 0.5B-Instruct draft
 (``configs/model/qwen-coder.yaml``); K = 3, L = 8, T = 0.4, as in the paper.
 
 Also written: the ``lossless`` column (the class's claim and the exact checker's verdict),
@@ -30,7 +30,6 @@ from pathlib import Path
 
 import numpy as np
 
-from paper_repro import bootstrap
 from paper_repro.cells import (
     DATASETS,
     PAPER_NAMES,
@@ -44,6 +43,7 @@ from paper_repro.cells import (
     table1_methods,
     with_overrides,
 )
+from specjax import bootstrap
 
 PAPER_SETTING = dict(K=3, L=8, temperature=0.4)
 TRIO = tuple(DATASETS)
@@ -227,7 +227,7 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
         "loop steps.",
         f"- **CIs:** 95 % percentile bootstrap over prompts, {bootstrap.RESAMPLES} resamples of "
         f"a seeded numpy RNG (seed {bootstrap.SEED}), paired across methods "
-        "(`paper_repro/bootstrap.py`); with this few prompts they are wide.",
+        "(`specjax/bootstrap.py`); with this few prompts they are wide.",
         "- **lossless:** the verifier class's `lossless` claim, and the exact checker's verdict: "
         "total variation of the first 4 emitted tokens from the target on the ALGORITHMS.md "
         "example (p = (1/3, 2/3), q = (2/3, 1/3)), L = 2, K = min(K, 3), float64 enumeration; "

@@ -89,6 +89,17 @@ def prompts_for(target, suite: str, n: int, smoke: bool):
     return PromptSuite(suite=suite, n=n).texts(target)
 
 
+def be_ci(per_prompt: list[dict]) -> tuple[float, float]:
+    """95 % percentile-bootstrap CI of BE over the prompts (``specjax.bootstrap``: the same
+    seeded resamples for every drafter, so the CIs of two drafters are paired)."""
+    from specjax import bootstrap
+
+    stat = bootstrap.ratio([p["new_tokens"] for p in per_prompt],
+                           [p["target_calls"] for p in per_prompt])
+    _, lo, hi = bootstrap.estimate(stat, len(per_prompt))
+    return lo, hi
+
+
 def run(args) -> dict:
     import specjax
     from specjax.metrics import speedup
@@ -116,6 +127,7 @@ def run(args) -> dict:
                 s = sd.summary
                 rows.append(dict(drafter=label, suite=suite, sampling=sname,
                                  block_efficiency=s["block_efficiency"],
+                                 block_efficiency_ci=be_ci(sd.per_prompt),
                                  mean_accepted=s["mean_accepted"],
                                  per_position_acceptance=s["per_position_acceptance"],
                                  speedup=speedup(sd, ar), sd_tokens_per_s=s["tokens_per_s"],
@@ -139,15 +151,20 @@ def render(result: dict) -> str:
              f"{result['batch_size']}; AR and SD on the same prompts and seed in one session "
              "(`python -m experiments.benchmarks.drafters`). BE = tokens per target call; "
              "acceptance per position = P(τ > i); speedup = SD tokens/s ÷ AR tokens/s, compile "
-             "excluded.", "",
-             "| suite | sampling | drafter | BE | accepted/step | acceptance per position | "
-             "speedup | greedy == AR |", "|---|---|---|---|---|---|---|---|"]
+             "excluded. BE's 95 % CI: percentile bootstrap over the prompts (2,000 seeded "
+             "resamples, the same for every drafter); the speedup is one wall-time ratio per "
+             "cell (no CI).", "",
+             "| suite | sampling | drafter | BE [95 % CI] | accepted/step | "
+             "acceptance per position | speedup | greedy == AR |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         acc = " / ".join(f"{a:.2f}" for a in r["per_position_acceptance"])
         same = "" if r["greedy_matches_ar"] is None else ("yes" if r["greedy_matches_ar"]
                                                            else "**no**")
+        lo, hi = r.get("block_efficiency_ci", (float("nan"),) * 2)
         lines.append(f"| {r['suite']} | {r['sampling']} | {r['drafter']} | "
-                     f"{r['block_efficiency']:.2f} | {r['mean_accepted']:.2f} | {acc} | "
+                     f"{r['block_efficiency']:.2f} [{lo:.2f}, {hi:.2f}] | "
+                     f"{r['mean_accepted']:.2f} | {acc} | "
                      f"{r['speedup']:.2f} | {same} |")
     if result["missing"]:
         lines += ["", "Not measured (no trained run):", ""]

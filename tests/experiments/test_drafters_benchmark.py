@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.benchmarks.drafters import main, render
+from experiments.benchmarks.drafters import be_ci, main, render
 
 
 def test_render_lists_every_row_and_the_missing_drafters():
@@ -16,6 +16,18 @@ def test_render_lists_every_row_and_the_missing_drafters():
                        batch_size=1, rows=rows, missing=["medusa: no run"], smoke=False))
     assert text.count("| gsm8k |") == 4 and "0.40 / 0.10" in text
     assert "medusa: no run" in text
+    rows[0]["block_efficiency_ci"] = (1.25, 1.75)
+    text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
+                       batch_size=1, rows=rows, missing=[], smoke=False))
+    assert "| 1.50 [1.25, 1.75] |" in text
+
+
+def test_be_ci_brackets_the_ratio_of_sums_and_collapses_when_prompts_agree():
+    same = [dict(new_tokens=2 * c, target_calls=c) for c in (3, 5, 8)]
+    assert be_ci(same) == pytest.approx((2.0, 2.0))
+    mixed = [dict(new_tokens=n, target_calls=10) for n in (10, 12, 20, 30, 14, 11)]
+    lo, hi = be_ci(mixed)
+    assert 1.0 <= lo < sum(n for n in (10, 12, 20, 30, 14, 11)) / 60 < hi <= 3.0
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from paper_repro import ablations, bootstrap, cells, table1, table_repo
+from paper_repro import ablations, cells, table1, table_repo
+from specjax import bootstrap
 from specjax.data import load_prompts
 
 TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "spectr_gbv",
