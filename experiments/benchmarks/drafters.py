@@ -36,6 +36,27 @@ def family_members(target_name: str) -> list[str]:
     return [family_name(target_name, d, n) for d, n in sorted(shapes)]
 
 
+def trained_runs(target_name: str) -> list[dict]:
+    """What each trained drafter in the table learnt from: its run's ``final.json``."""
+    from specjax.training import store
+
+    runs = [(kind, store.latest_run(kind, target_name)) for kind in ("eagle", "medusa")]
+    runs += [("family", f.parent) for f in
+             sorted(store.kind_root("family", target_name).glob("*/final.json"))]
+    out = []
+    for kind, run in runs:
+        if run is None:
+            continue
+        final = json.loads((run / "final.json").read_text())
+        module = final.get("module", {})
+        label = (f"d{module['hidden_size']}-l{module['num_layers']}" if kind == "family"
+                 else kind)
+        out.append(dict(drafter=label, run=run.name, steps=final["step"],
+                        tokens=final["tokens_seen"], wall_time_s=final["wall_time_s"],
+                        params=final["params"], alpha=final["eval"].get("alpha")))
+    return out
+
+
 def drafters_for(target, args) -> tuple[list[tuple[str, object, object]], list[str]]:
     """(label, drafter, draft model) triples, and notes on the drafters that are missing."""
     import specjax
@@ -140,7 +161,8 @@ def run(args) -> dict:
                           f"speedup {r['speedup']:.2f}", file=sys.stderr, flush=True)
     return {"target": target.name, "K": args.K, "L": args.L, "verifier": args.verifier,
             "n": args.n, "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
-            "rows": rows, "missing": missing, "smoke": bool(args.smoke)}
+            "rows": rows, "missing": missing, "smoke": bool(args.smoke),
+            "trained": [] if args.smoke else trained_runs(target.name)}
 
 
 def render(result: dict) -> str:
@@ -166,6 +188,14 @@ def render(result: dict) -> str:
                      f"{r['block_efficiency']:.2f} [{lo:.2f}, {hi:.2f}] | "
                      f"{r['mean_accepted']:.2f} | {acc} | "
                      f"{r['speedup']:.2f} | {same} |")
+    if result.get("trained"):
+        lines += ["", "Trained runs (`specjax-train`, the latest finished run of each; held-out "
+                  "α = mean Σ min(p, q) at T = 1 for the first drafted token):", "",
+                  "| drafter | run | steps | tokens | wall time | params | held-out α |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {t['drafter']} | {t['run']} | {t['steps']} | {t['tokens']:,} | "
+                  f"{t['wall_time_s'] / 60:.1f} min | {t['params'] / 1e6:.2f}M | "
+                  f"{t['alpha']:.3f} |" for t in result["trained"]]
     if result["missing"]:
         lines += ["", "Not measured (no trained run):", ""]
         lines += [f"- {m}" for m in result["missing"]]

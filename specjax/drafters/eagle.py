@@ -137,7 +137,7 @@ def target_decoder(target, name: str) -> Decoder:
 @dataclass(frozen=True, kw_only=True)
 class TrainedHead(BlockShape):
     """A drafter that reads the target's features through a head ``specjax-train`` trained
-    (``kind``). ``checkpoint``: None = the latest finished ``specjax-train kind=<kind>`` run for
+    (``kind``). ``checkpoint``: None = the latest finished ``specjax-train drafter=<kind>`` run for
     this target; ``random`` / ``random:<seed>`` = an untrained head (tests, smoke runs); else a
     run directory. ``draft_vocab``: see ``TargetReadout.restrict``."""
 

@@ -99,7 +99,7 @@ def _build_trained(kind: str, target, checkpoint: str | None, name: str, **defau
         if run is None:
             raise ValueError(
                 f"{name}: no trained {kind} drafter for target {target_name!r} under "
-                f"{kind_root(kind, target_name)}; train one first: specjax-train kind={kind} "
+                f"{kind_root(kind, target_name)}; train one first: specjax-train drafter={kind} "
                 f"target={target_name} (or pass drafter.checkpoint=random for an untrained one)")
     else:
         run = Path(checkpoint).expanduser()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.benchmarks.drafters import be_ci, main, render
+from experiments.benchmarks.drafters import be_ci, main, render, trained_runs
 
 
 def test_render_lists_every_row_and_the_missing_drafters():
@@ -20,6 +20,34 @@ def test_render_lists_every_row_and_the_missing_drafters():
     text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
                        batch_size=1, rows=rows, missing=[], smoke=False))
     assert "| 1.50 [1.25, 1.75] |" in text
+    trained = [dict(drafter="eagle", run="abc", steps=600, tokens=614400, wall_time_s=2700.0,
+                    params=3.5e6, alpha=0.41)]
+    text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
+                       batch_size=1, rows=rows, missing=[], smoke=False, trained=trained))
+    assert "| eagle | abc | 600 | 614,400 | 45.0 min | 3.50M | 0.410 |" in text
+
+
+def test_trained_runs_reads_the_latest_eagle_and_every_finished_family_member(tmp_path,
+                                                                              monkeypatch):
+    import json
+
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
+
+    def finish(kind, run, module, latest=True):
+        d = tmp_path / "train" / kind / "t" / run
+        d.mkdir(parents=True)
+        (d / "final.json").write_text(json.dumps(dict(
+            step=10, tokens_seen=100, wall_time_s=6.0, params=1000, module=module,
+            eval={"alpha": 0.5})))
+        if latest:
+            (d.parent / "latest").write_text(run + "\n")
+
+    finish("eagle", "old", {})
+    finish("eagle", "new", {})  # the latest pointer now names "new"
+    finish("family", "f1", {"hidden_size": 64, "num_layers": 1}, latest=False)
+    (tmp_path / "train" / "family" / "t" / "unfinished").mkdir()
+    runs = trained_runs("t")
+    assert [(r["drafter"], r["run"]) for r in runs] == [("eagle", "new"), ("d64-l1", "f1")]
 
 
 def test_be_ci_brackets_the_ratio_of_sums_and_collapses_when_prompts_agree():

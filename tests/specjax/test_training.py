@@ -103,7 +103,7 @@ def test_orbax_kill_and_resume_is_exact(target, tmp_path, monkeypatch):
     corpus = periodic_corpus()
     cfg = cfg_for("medusa", cache_dir=str(tmp_path / "a"))
     monkeypatch.setenv("SPECJAX_CACHE", cfg["cache_dir"])
-    with pytest.raises(ValueError, match="no trained medusa drafter"):
+    with pytest.raises(ValueError, match="no trained medusa drafter.*specjax-train drafter=medusa"):
         MedusaDrafter(K=1, L=2).module(target, None)
     stopped = train(cfg, target=target, corpus=corpus, stop_after=3)  # "killed" after step 3
     run = store.run_dir("medusa", target.name, cfg, cfg["cache_dir"])
