@@ -121,7 +121,9 @@ def be_ci(per_prompt: list[dict]) -> tuple[float, float]:
     return lo, hi
 
 
-def run(args) -> dict:
+def run(args, on_row=None) -> dict:
+    """The benchmark; ``on_row(result so far)`` after every row (main writes the table then, so
+    a run stopped midway keeps every row it measured)."""
     import specjax
     from specjax.metrics import speedup
     from specjax.sampling import Sampling
@@ -136,6 +138,10 @@ def run(args) -> dict:
     if args.smoke:
         common["compiler_options"] = {"xla_backend_optimization_level": 0}
     rows = []
+    result = {"target": target.name, "K": args.K, "L": args.L, "verifier": args.verifier,
+              "n": args.n, "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+              "rows": rows, "missing": missing, "smoke": bool(args.smoke),
+              "trained": [] if args.smoke else trained_runs(target.name), "partial": True}
     for suite in args.suites:
         prompts = prompts_for(target, suite, args.n, args.smoke)
         for sname in args.samplings:
@@ -159,10 +165,10 @@ def run(args) -> dict:
                     r = rows[-1]
                     print(f"{suite:9s} {sname:6s} {label:24s} BE {r['block_efficiency']:.2f} "
                           f"speedup {r['speedup']:.2f}", file=sys.stderr, flush=True)
-    return {"target": target.name, "K": args.K, "L": args.L, "verifier": args.verifier,
-            "n": args.n, "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
-            "rows": rows, "missing": missing, "smoke": bool(args.smoke),
-            "trained": [] if args.smoke else trained_runs(target.name)}
+                if on_row is not None:
+                    on_row(result)
+    result["partial"] = False
+    return result
 
 
 def render(result: dict) -> str:
@@ -176,6 +182,8 @@ def render(result: dict) -> str:
              "excluded. BE's 95 % CI: percentile bootstrap over the prompts (2,000 seeded "
              "resamples, the same for every drafter); the speedup is one wall-time ratio per "
              "cell (no CI).", "",
+             *(["**Partial:** the run was stopped (or is still running) after "
+                f"{len(result['rows'])} rows.", ""] if result.get("partial") else []),
              "| suite | sampling | drafter | BE [95 % CI] | accepted/step | "
              "acceptance per position | speedup | greedy == AR |",
              "|---|---|---|---|---|---|---|---|"]
@@ -231,12 +239,16 @@ def parse_args(argv=None):
     return args
 
 
+def write(result: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(result))
+    out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    result = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(result))
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    result = run(args, on_row=lambda partial: write(partial, args.out))
+    write(result, args.out)
     print(f"wrote {args.out} and {args.out.with_suffix('.json')}", file=sys.stderr)
     return result
 

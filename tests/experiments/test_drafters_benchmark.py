@@ -25,6 +25,10 @@ def test_render_lists_every_row_and_the_missing_drafters():
     text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
                        batch_size=1, rows=rows, missing=[], smoke=False, trained=trained))
     assert "| eagle | abc | 600 | 614,400 | 45.0 min | 3.50M | 0.410 |" in text
+    assert "Partial" not in text
+    text = render(dict(target="t", K=1, L=2, verifier="token", n=2, max_new_tokens=8,
+                       batch_size=1, rows=rows, missing=[], smoke=False, partial=True))
+    assert "**Partial:** the run was stopped (or is still running) after 4 rows." in text
 
 
 def test_trained_runs_reads_the_latest_eagle_and_every_finished_family_member(tmp_path,
@@ -67,6 +71,7 @@ def test_smoke_run_greedy_matches_ar(tmp_path):
         "eagle", "medusa", "eagle (draft vocab 16)", "medusa (draft vocab 16)"}
     assert all(r["greedy_matches_ar"] for r in res["rows"])
     assert out.is_file() and out.with_suffix(".json").is_file()
+    assert "Partial" not in out.read_text() and res["partial"] is False
 
 
 @pytest.mark.slow
