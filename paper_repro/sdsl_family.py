@@ -117,8 +117,17 @@ def render(target_name: str, res: dict, figure: str) -> str:
               f"| {res['r2']:.3f} |"]
     y = recs[0]["target_ppl"] if recs else float("nan")
     lines += [f"| seed 004 [2ND]: A = {s.A}, B = {s.B}, C = {s.C} (R² 0.602) | {s.A} | "
-              f"{s.B * y + s.C:.4f} (at our PPL_target = {y:.2f}) | 0.602 |", "",
-              "## Draft size", "",
+              f"{s.B * y + s.C:.4f} (at our PPL_target = {y:.2f}) | 0.602 |", ""]
+    raw = np.array([s(r["draft_ppl"], r["target_ppl"]) for r in recs])
+    outside = int(np.sum((raw < 0) | (raw > 1)))
+    if outside:
+        lines += [f"Seed 004's plane leaves [0, 1] at {outside} of our {len(recs)} members "
+                  f"(unclipped {raw.min():.2f} to {raw.max():.2f}): their perplexities "
+                  f"({min(r['draft_ppl'] for r in recs):.0f}–"
+                  f"{max(r['draft_ppl'] for r in recs):.0f}) lie outside the range where the "
+                  "plane is a probability, so it neither confirms nor refutes the plane there; "
+                  "only the sign and size of the slope can be compared.", ""]
+    lines += ["## Draft size", "",
               f"- Best member by modeled throughput (Leviathan f(k*), c = N/M): "
               f"**{_label(recs[res['best']])}**, N = {_n(recs[res['best']]['params'])}.",
               f"- SDSL rule N* ≈ M/200 = {_n(res['rule'])} for M = {_n(res['target_params'])}: "
@@ -150,8 +159,9 @@ def plot(res: dict, path: Path) -> None:
                     textcoords="offset points")
     xs = np.linspace(x.min(), x.max(), 50) if len(x) else np.array([])
     ax.plot(xs, res["A"] * xs + res["intercept"], "k--", label="our fit")
-    ax.plot(xs, theory.SDSL_2ND(xs, recs[0]["target_ppl"]), ":", color="gray",
-            label="seed 004 plane [2ND]")
+    ax.plot(xs, np.clip(theory.SDSL_2ND(xs, recs[0]["target_ppl"]), 0.0, 1.0), ":",
+            color="gray", label="seed 004 plane [2ND], clipped to [0, 1]")
+    ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("draft perplexity (held-out)")
     ax.set_ylabel("α = E Σ min(p, q) at T = 1")
     ax.legend(fontsize=8)

@@ -26,6 +26,14 @@ def test_fit_recovers_a_known_slope_with_one_target():
     assert res["best"] == int(np.argmax(f)) and f.max() >= 1.0
     text = render("m", res, "fig.png")
     assert "identifiable" in text and "-0.02000" in text and "fig.png" in text
+    assert "leaves [0, 1]" not in text  # PPL 12-40 at PPL_target 8: the plane gives 0.6-0.8
+
+
+def test_report_says_when_the_seed_plane_is_not_a_probability_at_our_perplexities():
+    far = [r | {"draft_ppl": 150.0 * (i + 1)} for i, r in enumerate(records())]  # PPL 150-600
+    res = analyse(far, target_params=1.35e8)
+    text = render("m", res, "fig.png")
+    assert "leaves [0, 1] at 4 of our 4 members" in text
 
 
 def test_a_flat_alpha_gives_zero_slope():
