@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from experiments.benchmarks.drafters import be_ci, main, render, trained_runs
@@ -57,9 +58,16 @@ def test_trained_runs_reads_the_latest_eagle_and_every_finished_family_member(tm
 def test_be_ci_brackets_the_ratio_of_sums_and_collapses_when_prompts_agree():
     same = [dict(new_tokens=2 * c, target_calls=c) for c in (3, 5, 8)]
     assert be_ci(same) == pytest.approx((2.0, 2.0))
-    mixed = [dict(new_tokens=n, target_calls=10) for n in (10, 12, 20, 30, 14, 11)]
-    lo, hi = be_ci(mixed)
-    assert 1.0 <= lo < sum(n for n in (10, 12, 20, 30, 14, 11)) / 60 < hi <= 3.0
+    # Oracle written out here: 2,000 seeded resamples of whole prompts, ratio of sums (not the
+    # mean of per-prompt BEs: the calls differ, so the two would disagree), 2.5/97.5 percentiles.
+    new, calls = np.array([10, 30, 20, 60, 14, 11]), np.array([10, 20, 10, 30, 10, 10])
+    idx = np.random.default_rng(0).integers(0, 6, size=(2000, 6))
+    draws = new[idx].sum(axis=1) / calls[idx].sum(axis=1)
+    want = np.quantile(draws, [0.025, 0.975])
+    lo, hi = be_ci([dict(new_tokens=int(n), target_calls=int(c)) for n, c in zip(new, calls,
+                                                                                  strict=True)])
+    assert (lo, hi) == pytest.approx(tuple(want), abs=1e-12)
+    assert lo < new.sum() / calls.sum() < hi and hi - lo > 0.1
 
 
 @pytest.mark.slow
