@@ -72,7 +72,8 @@ def analyse(records: list[dict], target_params: float) -> dict:
         A, combined = float(slope), float(intercept)
     else:
         A, combined, r2 = fit.A, float(fit.B * y.mean() + fit.C), fit.r2
-    sdsl_pred = np.clip(theory.SDSL_2ND(x, y), 0.0, 1.0)  # the plane leaves [0, 1] (clipped)
+    sdsl_raw = theory.SDSL_2ND(x, y)
+    sdsl_pred = np.clip(sdsl_raw, 0.0, 1.0)  # the plane leaves [0, 1] (clipped)
     c = N / target_params
     k_star, _ = theory.optimal_k(np.clip(a, 0, 1), c, k_max=16)
     f_star = np.array([theory.speedup(ai, int(ki), ci) if ki > 0 else 1.0
@@ -85,7 +86,8 @@ def analyse(records: list[dict], target_params: float) -> dict:
     except ValueError:
         n_star_ours = float("nan")
     return dict(records=records, A=A, intercept=combined, r2=float(r2), one_target=one_target,
-                fit_B=fit.B, fit_C=fit.C, sdsl_pred=sdsl_pred.tolist(), c=c.tolist(),
+                fit_B=fit.B, fit_C=fit.C, sdsl_pred=sdsl_pred.tolist(),
+                sdsl_raw=sdsl_raw.tolist(), c=c.tolist(),
                 k_star=[int(k) for k in k_star], f_star=f_star.tolist(), best=best,
                 rule=target_params / 200, n_star_ours=n_star_ours,
                 target_params=float(target_params))
@@ -118,7 +120,7 @@ def render(target_name: str, res: dict, figure: str) -> str:
     y = recs[0]["target_ppl"] if recs else float("nan")
     lines += [f"| seed 004 [2ND]: A = {s.A}, B = {s.B}, C = {s.C} (R² 0.602) | {s.A} | "
               f"{s.B * y + s.C:.4f} (at our PPL_target = {y:.2f}) | 0.602 |", ""]
-    raw = np.array([s(r["draft_ppl"], r["target_ppl"]) for r in recs])
+    raw = np.array(res["sdsl_raw"])
     outside = int(np.sum((raw < 0) | (raw > 1)))
     if outside:
         lines += [f"Seed 004's plane leaves [0, 1] at {outside} of our {len(recs)} members "
