@@ -135,7 +135,8 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
     speed for compile time in tests); results do not depend on them. On CPU the default turns
     off YNNPACK for dots (``CPU_COMPILER_OPTIONS``): the loop is dominated by one-row and
-    tree-sized matmuls, which Eigen runs faster (``experiments/benchmarks/decode_speed.py``).
+    tree-sized matmuls, which Eigen runs faster (``experiments/benchmarks/decode_speed.py``);
+    with int8 weights it keeps XLA's defaults, since only YNNPACK runs int8 dots fast.
 
     ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.breakdown``): ms per step
     spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
@@ -193,8 +194,10 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         arrays = [parallel.shard_batch(a, mesh) for a in arrays]
 
     compile_time = 0.0
-    if compiler_options is None and jax.default_backend() == "cpu":
-        compiler_options = CPU_COMPILER_OPTIONS
+    int8 = any(getattr(getattr(m, "model", None), "weight_format", "float32") == "int8"
+               for m in (target, draft))
+    if compiler_options is None and jax.default_backend() == "cpu" and not int8:
+        compiler_options = CPU_COMPILER_OPTIONS  # int8 dots need YNNPACK (models.quant)
     cache_key = (loop, B, pad, tuple(sorted((compiler_options or {}).items())))
     if cache_key not in _COMPILED:
         if progress:

@@ -1,6 +1,6 @@
 """Would bf16 or int8 weights make decode faster on XLA:CPU? Side by side with float32.
 
-    python -m experiments.benchmarks.quantized_dots
+    python -m experiments.benchmarks.quantized_dots [--model qwen2.5-coder-1.5b-instruct]
 
 Eight Qwen2.5-Coder-1.5B MLP-sized matrices (1536 x 8960), 1 row (decode) and 9 rows (a tree
 of 1 + 8), each form jitted under both XLA:CPU dot settings (YNNPACK on, Eigen):
@@ -12,6 +12,13 @@ of 1 + 8), each form jitted under both XLA:CPU dot settings (YNNPACK on, Eigen):
 
 Decode reads the weights once per token, so a 2-4x smaller weight format could only pay off if
 XLA streams it without materialising a float copy; the table says whether it does.
+
+YNNPACK takes a dot only with 2 or more rows; a 1-row int8 or bf16 dot falls back to a path
+~10x slower than float32. So the whole-model part (``--model``) pads the decode row to 2 and
+runs every weight matmul of one decode step (the seven per layer and the head, nothing else)
+as float32 and as W8A8 with per-output-channel weight scales, side by side: the speed-up of
+the matmuls alone bounds what an int8 decoder could gain end to end (attention, norms and the
+loop stay float32 and do not shrink).
 """
 
 from __future__ import annotations
@@ -79,5 +86,56 @@ def main():
                 f"{ms:.1f} ({base / ms:.2f}x)" for ms in cells) + " |", flush=True)
 
 
+def _w8a8_rows2(x, w_t, scale):
+    """x [1, K] times int8 w_t [N, K] (contracting K, which YNNPACK runs fastest) via 2 rows."""
+    xp = jnp.concatenate([x, jnp.zeros_like(x)])
+    xs = jnp.max(jnp.abs(xp), axis=-1, keepdims=True) / 127 + 1e-30
+    xi = jnp.round(xp / xs).astype(jnp.int8)
+    acc = lax.dot_general(xi, w_t, (((1,), (1,)), ((), ())), preferred_element_type=jnp.int32)
+    return (acc.astype(jnp.float32) * xs * scale)[:1]
+
+
+def _quantize_t(w) -> tuple:
+    """float32 [K, N] -> (int8 [N, K], float32 scale [N]): symmetric, per output channel."""
+    w = np.asarray(w)
+    scale = np.maximum(np.abs(w).max(axis=0), 1e-30) / 127
+    return jnp.asarray(np.round(w / scale).astype(np.int8).T.copy()), jnp.asarray(scale)
+
+
+def whole_model(name: str, reps: int = 10) -> None:
+    from experiments.benchmarks.decode_speed import matmuls_alone_ms
+    from specjax.models.loader import load_model
+
+    decoder = load_model(name).model
+    f32_ms = matmuls_alone_ms(decoder, 1, reps)
+    names = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+    layers = [{n: _quantize_t(layer.weights()[n]) for n in names} for layer in decoder.layers]
+    head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...].T
+    head = _quantize_t(np.asarray(head).T)
+    int8_bytes = sum(w.nbytes for layer in layers for w, _ in layer.values()) + head[0].nbytes
+
+    def chain(x, layers, head):
+        mm = lambda h, ws: _w8a8_rows2(h, *ws)  # noqa: E731
+        for w in layers:
+            q, k, v = mm(x, w["wq"]), mm(x, w["wk"]), mm(x, w["wv"])
+            x = x + mm(q + 1e-3 * (k.sum() + v.sum()), w["wo"])
+            x = x + mm(jax.nn.silu(mm(x, w["w_gate"])) * mm(x, w["w_up"]), w["w_down"])
+        return mm(x, head)
+
+    x = jnp.full((1, decoder.config.hidden_size), 0.01, jnp.float32)
+    int8_ms = min(best_ms(jax.jit(chain, compiler_options=o), x, layers, head, reps=reps)
+                  for o in SETTINGS.values())
+    print(f"\n{name}, one decode step's weight matmuls alone (best over dot settings): "
+          f"float32 {f32_ms:.1f} ms ({4 * decoder.config.streamed_params / 1e9:.2f} GB), int8 W8A8 "
+          f"{int8_ms:.1f} ms ({int8_bytes / 1e9:.2f} GB): {f32_ms / int8_ms:.2f}x", flush=True)
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="also time one decode step's matmuls, float32 vs W8A8")
+    args = parser.parse_args()
     main()
+    if args.model:
+        whole_model(args.model)

@@ -76,6 +76,13 @@ class ModelConfig:
         head = 0 if self.tie_embeddings else D * self.vocab_size
         return self.vocab_size * D + self.num_layers * per_layer + D + head
 
+    @property
+    def streamed_params(self) -> int:
+        """Parameters every token's forward multiplies, i.e. reads in full at decode: all but an
+        untied input embedding table, of which a token reads one row. The roofline's weight
+        bytes (4 per parameter) and FLOPs (2 per parameter per token) count these."""
+        return self.num_params - (0 if self.tie_embeddings else self.vocab_size * self.hidden_size)
+
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
 

@@ -112,6 +112,8 @@ INVALID = [
     (["dataset=humaneval"], "dataset"),  # the toy models read token ids: dataset=toy only
     (["drafter=ngram", "drafter.min_ngram=3", "drafter.max_ngram=2"], "drafter.max_ngram"),
     (["verifier._target_=algorithms.verifiers.nope.Nope"], "verifier"),
+    (["model.weights=int4"], "model.weights"),
+    (["model.weights=int8"], "model.weights"),  # the toy models are exact float tables
 ]
 
 

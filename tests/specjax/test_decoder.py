@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from specjax.models.config import ModelConfig, tiny_config
 from specjax.models.decoder import Decoder
@@ -27,9 +28,14 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa"])
+@pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa",
+                                        "llama_tied_gqa/int8", "qwen2_bias_head_gqa/int8"])
 def jp(request):
-    return JittedPasses(Decoder.random(CONFIGS[request.param], seed=7))
+    """Each equivalence test runs on float32 weights and on int8 (W8A8) weights: the cached
+    paths must reproduce the uncached forward of the same quantized model (the activation
+    scales are per row, so a row's result does not depend on which rows share its pass)."""
+    name, _, fmt = request.param.partition("/")
+    return JittedPasses(Decoder.random(CONFIGS[name], seed=7, weight_format=fmt or "float32"))
 
 
 def tokens(V, n, seed):
@@ -236,3 +242,17 @@ def test_bad_weights_and_unimplemented_arch_are_clear_errors():
         Decoder.from_weights(config, weights)
     with pytest.raises(ValueError, match="not implemented by the decoder"):
         Decoder.random(config.replace(arch="gemma3"))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("preset", ["llama", "qwen2"])
+def test_streamed_params_counts_every_array_a_token_multiplies(preset, tied):
+    """The roofline's weight count, checked against the arrays a Decoder actually holds: all of
+    them, except an untied embedding table (a token only indexes one row of it)."""
+    model = Decoder.random(tiny_config(preset, tie_embeddings=tied))
+    sizes = {"/".join(map(str, path)): leaf.size
+             for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param))}
+    embed = sum(v for k, v in sizes.items() if "embed" in k)
+    held = sum(sizes.values())
+    assert model.config.num_params == held
+    assert model.config.streamed_params == held - (0 if tied else embed)
