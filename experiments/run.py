@@ -57,15 +57,15 @@ def _instantiate(cfg: DictConfig):
     return drafter, verifier, sampling, dataset
 
 
-def _load(name: str):
+def _load(name: str, weights: str = "float32"):
     """``specjax.load_model`` (toy names go straight to the toy loader, as load_model does)."""
-    if name.startswith("toy"):
+    if name.startswith("toy") and weights == "float32":
         from specjax.models.toy import load_toy
 
         return load_toy(name)
     import specjax
 
-    return specjax.load_model(name)
+    return specjax.load_model(name, weights=weights)
 
 
 def _load_models(cfg: DictConfig, drafter):
@@ -74,14 +74,14 @@ def _load_models(cfg: DictConfig, drafter):
 
     needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
-        target = _load(cfg.model.target)
+        target = _load(cfg.model.target, cfg.model.get("weights", "float32"))
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
     if needs_draft and cfg.model.get("draft"):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
-                     else _load(cfg.model.draft))
+                     else _load(cfg.model.draft, cfg.model.get("weights", "float32")))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
@@ -127,7 +127,8 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         rows.append(row)
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
-        "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None},
+        "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
+                  "weights": cfg.model.get("weights", "float32")},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True)},
         "verifier": verifier_name(verifier),

@@ -98,6 +98,15 @@ def check_config(cfg: DictConfig) -> None:
     top_p = _number(cfg, "sampling.top_p")
     if not 0 < top_p <= 1:
         raise ConfigError("sampling.top_p", f"must be in (0, 1] (1 = off), got {top_p}")
+    from specjax.models.quant import WEIGHT_FORMATS
+
+    weights = cfg.model.get("weights", "float32")
+    if weights not in WEIGHT_FORMATS:
+        raise ConfigError("model.weights", f"unknown weight format {weights!r}; allowed: "
+                          f"{', '.join(WEIGHT_FORMATS)}")
+    if weights != "float32" and str(_get(cfg, "model.target")).startswith("toy"):
+        raise ConfigError("model.weights", f"weights={weights} applies to the GGUF models; "
+                          "the toy models are exact float tables (use float32)")
     from specjax.data import SUITES
 
     if cfg.dataset.suite not in SUITES:

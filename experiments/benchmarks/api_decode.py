@@ -1,7 +1,7 @@
 """Decode speed as a user sees it: ``specjax.generate``, greedy, batch 1, 64 new tokens.
 
     python -m experiments.benchmarks.api_decode [--models ...] [--tokens 64]
-        [--reps 3] [--out FILE.md]
+        [--reps 3] [--weights float32 int8] [--out FILE.md]
 
 Everything the decode loop does per token counts here (the jitted ``while_loop`` with sampling,
 EOS checks and bookkeeping), but compilation does not (``generate`` reports it apart). The
@@ -9,7 +9,9 @@ prompt is one short HumanEval suite prompt, so prefill is a small share of the w
 share is removed by timing a 1-token run of the same prompt and subtracting; the median over
 ``--reps`` such pairs is reported (single runs on a shared 2-core VM vary by ~10 %). The floor
 is the float32 bytes of the weights a token streams (``streamed_params``) over the all-core
-copy bandwidth measured in the same run (before and after, the higher kept).
+copy bandwidth measured in the same run (before and after, the higher kept). For int8 weights
+(``models.quant``) the floor counts 1 byte per streamed parameter, so each row is judged
+against the bytes its own format has to read.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import specjax
 from experiments.benchmarks.decode_speed import copy_bandwidth
 from specjax.models.loader import MODEL_NAMES
+from specjax.models.quant import WEIGHT_FORMATS
 
 PROMPT = "def fibonacci(n):"
 
@@ -31,13 +34,14 @@ def main():
                         choices=MODEL_NAMES)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--weights", nargs="+", default=["float32"], choices=list(WEIGHT_FORMATS))
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     bw = copy_bandwidth()
     greedy = specjax.Sampling(temperature=0.0)
     rows = []
-    for name in args.models:
-        model = specjax.load_model(name)
+    for name, weights in ((n, w) for n in args.models for w in args.weights):
+        model = specjax.load_model(name, weights=weights)
         ids = model.encode(PROMPT)
         per_token = []
         for _ in range(args.reps):
@@ -49,17 +53,18 @@ def main():
             per_token.append(1e3 * (run.summary["wall_time_s"] - one.summary["wall_time_s"])
                              / max(n - 1, 1))
         ms = statistics.median(per_token)
-        rows.append((name, ms, 4 * model.config.streamed_params))
-        print(f"{name}: {ms:.1f} ms/token over {n} tokens", flush=True)
+        per_param = 4 if weights == "float32" else 1
+        rows.append((name, weights, ms, per_param * model.config.streamed_params))
+        print(f"{name} ({weights}): {ms:.1f} ms/token over {n} tokens", flush=True)
         del model
     bw = max(bw, copy_bandwidth())
     lines = [f"all-core copy bandwidth {bw:.1f} GB/s (read + write); prompt {PROMPT!r}, "
              f"{args.tokens} new tokens; median of {args.reps} runs", "",
-             "| model | ms / token (generate, greedy, batch 1) | floor ms | floor / measured |",
-             "|---|---|---|---|"]
-    for name, ms, nbytes in rows:
+             "| model | weights | ms / token (generate, greedy, batch 1) | floor ms | "
+             "floor / measured |", "|---|---|---|---|---|"]
+    for name, weights, ms, nbytes in rows:
         floor = 1e3 * nbytes / (bw * 1e9)
-        lines.append(f"| {name} | {ms:.1f} | {floor:.1f} | {floor / ms:.2f} |")
+        lines.append(f"| {name} | {weights} | {ms:.1f} | {floor:.1f} | {floor / ms:.2f} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if args.out:

@@ -37,6 +37,7 @@ import numpy as np
 
 from specjax.models.loader import MODEL_NAMES, load_model
 from specjax.models.passes import JittedPasses
+from specjax.models.quant import WEIGHT_FORMATS, Int8Weight, linear
 
 PROMPT = 128
 TREES = ((1, 8), (4, 2), (3, 8), (4, 8))
@@ -99,7 +100,12 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, 
     if layers is None:
         layers = [layer.weights() for layer in decoder.layers]
     head_matmul = matmul
-    if head is None:
+    if head is None and decoder.weight_format == "int8":  # the kernel, as the decoder runs it
+        table = decoder.embed if decoder.config.tie_embeddings else decoder.lm_head
+        scale = decoder.embed_scale if decoder.config.tie_embeddings else decoder.lm_head_scale
+        head, matmul = Int8Weight(table[...], scale[...]), linear
+        head_matmul = matmul
+    elif head is None:
         head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...]
         if decoder.config.tie_embeddings:
             def head_matmul(x, e):
@@ -214,7 +220,8 @@ def render(timings: list[dict], settings: list[str], bw: float, flops: float
     rows, records = [], []
     for t in timings:
         P, tokens = t["params"], tokens_of(t["pass_"])
-        read_s, compute_s = 4 * P / (bw * 1e9), 2 * P * tokens / flops
+        read_s = t.get("bytes_per_param", 4) * P / (bw * 1e9)
+        compute_s = 2 * P * tokens / flops
         roof_ms = 1e3 * max(read_s, compute_s)
         bound = "bandwidth" if read_s >= compute_s else "compute"
         ms = {s: t[f"ms_{s}"] for s in settings}
@@ -237,6 +244,8 @@ def main():
     parser.add_argument("--max-len", type=int, default=512,
                         help="committed KV slots (the engine sizes its cache to prompt + new)")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--weights", nargs="+", default=["float32"], choices=list(WEIGHT_FORMATS),
+                        help="int8 rows are judged against their own bytes (1 per parameter)")
     parser.add_argument("--out", default="paper_repro/results/decode_speed_cpu.md")
     parser.add_argument("--rejudge", metavar="JSON",
                         help="re-measure the machine limits only and re-render the timings of an "
@@ -256,27 +265,29 @@ def main():
         max_len, reps = old["max_len"], old["reps"]
     else:
         settings, max_len, reps, timings = args.settings, args.max_len, args.reps, []
-        for name in args.models:
-            model = load_model(name)
+        for name, weights in ((n, w) for n in args.models for w in args.weights):
+            model = load_model(name, weights=weights)
+            label = name if weights == "float32" else f"{name} ({weights})"
             measured = {}
             for s in settings:
-                print(f"{name}: compiling and timing the passes with settings={s} ...", flush=True)
+                print(f"{label}: compiling and timing the passes with settings={s} ...", flush=True)
                 jp = JittedPasses(model.model, SETTINGS[s])
                 measured[s] = bench_passes(jp, model.vocab_size, reps, max_len)
                 del jp
             for pass_name in measured[settings[0]]:
-                timings.append(dict(model=name, params=model.config.streamed_params,
+                timings.append(dict(model=label, params=model.config.streamed_params,
+                                    bytes_per_param=4 if weights == "float32" else 1,
                                     pass_=pass_name,
                                     **{f"ms_{s}": measured[s][pass_name][1] for s in settings},
                                     **{f"compile_s_{s}": measured[s][pass_name][0]
                                        for s in settings}))
                 print(timings[-1], flush=True)
-            print(f"{name}: timing the matmuls alone ...", flush=True)
+            print(f"{label}: timing the matmuls alone ...", flush=True)
             alone = {n: matmuls_alone_ms(model.model, n, reps)
                      for n in sorted({tokens_of(t["pass_"]) for t in timings
-                                        if t["model"] == name})}
+                                        if t["model"] == label})}
             for t in timings:
-                if t["model"] == name:
+                if t["model"] == label:
                     t["ms_matmuls"] = alone[tokens_of(t["pass_"])]
             del model
         bw, flops = max(bw, copy_bandwidth()), max(flops, matmul_flops())

@@ -1,7 +1,7 @@
 """specjax beside the engines a researcher already has, on the same machine and prompts.
 
     python -m experiments.benchmarks.peers [--n 5] [--max-new-tokens 64]
-        [--out paper_repro/results/peers_cpu.md]
+        [--weights float32 int8] [--out paper_repro/results/peers_cpu.md]
 
 Workload: the first ``--n`` HumanEval suite prompts in the target's chat template (ChatML for
 Qwen), greedy, ``--max-new-tokens`` new tokens, batch 1, Qwen2.5-Coder-1.5B-Instruct as the
@@ -10,7 +10,9 @@ tokenizer), and is timed on total new tokens / total time, compile and first-cal
 every engine alike (specjax reports wall time without compilation; HF runs a short warm-up).
 
 - specjax: autoregressive; speculative with the 0.5B draft (token verifier, K=1, L=4); and with
-  n-gram prompt lookup (K=1, L=4).
+  n-gram prompt lookup (K=1, L=4); once per ``--weights`` format (int8: target and draft
+  quantized at load, ``specjax.models.quant``, a slightly different target law than float32,
+  so its rows are compared with its own AR and its AR output with float32's).
 - HF transformers on torch CPU, float32, weights read from the same GGUF files
   (``from_pretrained(gguf_file=...)``): ``generate``, assisted generation with the 0.5B, prompt
   lookup decoding. Tokens per target call are counted by wrapping the target's ``forward``.
@@ -31,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specjax.models.quant import WEIGHT_FORMATS
+
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 
 
@@ -43,11 +47,13 @@ def prompt_ids(n: int) -> tuple[list[list[int]], object]:
     return [target.encode(t) for t in suite.texts(target)], target
 
 
-def run_specjax(ids, target, max_new: int) -> list[dict]:
+def run_specjax(ids, target, max_new: int, weights: str = "float32") -> list[dict]:
     import specjax
     from specjax.drafters import ModelDrafter, NgramDrafter
 
-    draft = specjax.load_model(DRAFT)
+    if weights != "float32":
+        target = specjax.load_model(TARGET, weights=weights)
+    draft = specjax.load_model(DRAFT, weights=weights)
     greedy = specjax.Sampling(temperature=0.0)
     rows = []
     for label, kw in (("AR", {}),
@@ -59,7 +65,8 @@ def run_specjax(ids, target, max_new: int) -> list[dict]:
         res = specjax.generate(target, ids, sampling=greedy, max_new_tokens=max_new,
                                batch_size=1, **kw)
         s = res.summary
-        rows.append(dict(engine="specjax (JAX, fp32)", method=label, tokens=res.tokens,
+        engine = "specjax (JAX, fp32)" if weights == "float32" else f"specjax (JAX, {weights})"
+        rows.append(dict(engine=engine, method=label, tokens=res.tokens,
                          new_tokens=s["new_tokens"], seconds=s["wall_time_s"],
                          per_call=s["block_efficiency"] if "block_efficiency" in s else 1.0))
         print(rows[-1]["method"], f"{s['new_tokens'] / s['wall_time_s']:.2f} tok/s", flush=True)
@@ -133,16 +140,24 @@ def table(rows: list[dict], skipped: list[str], head: str) -> str:
         speed = tps / (ar["new_tokens"] / ar["seconds"])
         out.append(f"| {r['engine']} | {r['method']} | {tps:.2f} | {speed:.2f}x | "
                    f"{r['per_call']:.2f} | {same} |")
-    spec_ar = next((r for r in rows if r["engine"].startswith("specjax") and r["method"] == "AR"),
-                   None)
+    spec_ars = [r for r in rows if r["engine"].startswith("specjax") and r["method"] == "AR"]
     hf_ar = next((r for r in rows if r["engine"].startswith("HF") and r["method"] == "AR"), None)
-    if spec_ar and hf_ar:
-        tps = [r["new_tokens"] / r["seconds"] for r in (spec_ar, hf_ar)]
-        ratio = tps[0] / tps[1]
-        out += ["", f"specjax AR / HF fp32 AR tokens/s: {ratio:.2f}x"]
-        agree = sum(a == b for a, b in zip(spec_ar["tokens"], hf_ar["tokens"], strict=True))
-        out.append(f"specjax and HF greedy AR outputs identical on {agree}/{len(hf_ar['tokens'])} "
-                   "prompts (float32 rounding can flip a near-tie)")
+    fp32_ar = next((r for r in spec_ars if r["engine"] == "specjax (JAX, fp32)"), hf_ar)
+    out.append("")
+    for spec_ar in spec_ars:
+        if hf_ar:
+            ratio = (spec_ar["new_tokens"] / spec_ar["seconds"]) / (hf_ar["new_tokens"]
+                                                                  / hf_ar["seconds"])
+            out.append(f"{spec_ar['engine']} AR / HF fp32 AR tokens/s: {ratio:.2f}x  ")
+        other = hf_ar if spec_ar is fp32_ar else fp32_ar
+        if other is not None and other is not spec_ar:
+            agree = sum(a == b for a, b in zip(spec_ar["tokens"], other["tokens"], strict=True))
+            first = [next((i for i, (x, y) in enumerate(zip(a, b, strict=False))
+                           if x != y), len(a))
+                     for a, b in zip(spec_ar["tokens"], other["tokens"], strict=True)]
+            out.append(f"{spec_ar['engine']} and {other['engine']} greedy AR outputs identical on "
+                       f"{agree}/{len(other['tokens'])} prompts; first difference at tokens "
+                       f"{first} (rounding can flip a near-tie)  ")
     out += ["", *[f"- skipped: {s}" for s in skipped]]
     return "\n".join(out) + "\n"
 
@@ -153,12 +168,16 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--engines", nargs="+", default=["specjax", "hf", "llamacpp"],
                         choices=["specjax", "hf", "llamacpp"])
+    parser.add_argument("--weights", nargs="+", default=["float32", "int8"],
+                        choices=list(WEIGHT_FORMATS), help="specjax weight formats to run")
     parser.add_argument("--out", default="paper_repro/results/peers_cpu.md")
     args = parser.parse_args()
     ids, target = prompt_ids(args.n)
     rows, skipped = [], []
     if "specjax" in args.engines:
-        rows += run_specjax(ids, target, args.max_new_tokens)
+        for weights in args.weights:
+            rows += run_specjax(ids, target, args.max_new_tokens, weights)
+            gc.collect()
     del target
     gc.collect()
     if "hf" in args.engines:

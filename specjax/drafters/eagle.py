@@ -66,6 +66,11 @@ class TargetReadout(nnx.Module):
     """
 
     def __init__(self, target: Decoder):
+        if target.weight_format != "float32":
+            raise ValueError("eagle / medusa drafters read the target's embedding and head as "
+                             f"float32; this target was loaded with weights="
+                             f"{target.weight_format!r} (load it with weights='float32')")
+        self.weight_format = target.weight_format  # read by Decoder.read_out
         self.config = target.config
         self.embed = target.embed
         self.lm_head = target.lm_head

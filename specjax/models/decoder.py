@@ -42,6 +42,7 @@ from specjax.models.layers import (
     rms_norm,
     weight_shapes,
 )
+from specjax.models.quant import WEIGHT_FORMATS, Int8Weight, linear, quantize, quantize_rows, rows
 
 
 def _rows_times_embed(x: Float[Array, "R D"], embed: Float[Array, "V D"]) -> Float[Array, "R V"]:
@@ -82,29 +83,55 @@ class KVCache:
     scratch: int = struct.field(pytree_node=False)
 
 
+#: The layer matmuls that ``weights="int8"`` quantizes (norms and biases stay float32).
+QUANTIZED = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
 class DecoderLayer(nnx.Module):
-    """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None)."""
+    """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None).
+
+    An ``Int8Weight`` is held as two arrays, ``<name>`` (packed int8, ``quant.pack``) and
+    ``<name>_scale``; ``weights()`` hands it back as one ``Int8Weight`` for ``quant.linear``.
+    """
 
     def __init__(self, weights: dict):
         for name in LAYER_WEIGHTS:
-            value = weights.get(name)
-            if value is not None and not isinstance(value, nnx.Param):
+            value, scale = weights.get(name), None
+            if isinstance(value, Int8Weight):
+                value, scale = nnx.Param(value.q), nnx.Param(value.scale)
+                if name in TENSOR_PARALLEL:  # packed [out/4, in/8, 4, 8]: flip the split
+                    spec = TENSOR_PARALLEL[name]
+                    value.set_metadata(out_sharding=(spec[1], spec[0], None, None))
+                    scale.set_metadata(out_sharding=(spec[1],))
+            elif value is not None and not isinstance(value, nnx.Param):
                 value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
-            if value is not None and name in TENSOR_PARALLEL:  # read by nnx.get_partition_spec
-                value.set_metadata(out_sharding=TENSOR_PARALLEL[name])
+            if value is not None and scale is None and name in TENSOR_PARALLEL:
+                value.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # nnx.get_partition_spec
             setattr(self, name, value)
+            if name in QUANTIZED:
+                setattr(self, f"{name}_scale", scale)
 
     def weights(self) -> dict:
-        return {n: getattr(self, n)[...] for n in LAYER_WEIGHTS if getattr(self, n) is not None}
+        out = {}
+        for n in LAYER_WEIGHTS:
+            value, scale = getattr(self, n), getattr(self, f"{n}_scale", None)
+            if value is not None:
+                out[n] = value[...] if scale is None else Int8Weight(value[...], scale[...])
+        return out
 
 
 class Decoder(nnx.Module):
     """One sequence, no batch axis (the engine vmaps). Implements ``base.CausalLM``."""
 
     def __init__(self, config: ModelConfig, weights: dict | Decoder, *,
-                 active_layers: int | None = None):
+                 active_layers: int | None = None, weight_format: str = "float32"):
         """``weights``: the canonical stacked dict (``layers.weight_shapes``; entries are popped
-        as they are converted), or a ``Decoder`` whose weights this one shares (early exit)."""
+        as they are converted), or a ``Decoder`` whose weights this one shares (early exit).
+        ``weight_format="int8"`` quantizes every matmul weight and the head (``quant``); the
+        norms, biases and an untied input embedding stay float32."""
+        if weight_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weights must be one of {list(WEIGHT_FORMATS)}, "
+                             f"got {weight_format!r}")
         if config.arch not in IMPLEMENTED_ARCHS:
             raise ValueError(
                 f"config.arch {config.arch!r} is not implemented by the decoder; "
@@ -122,7 +149,11 @@ class Decoder(nnx.Module):
         if isinstance(weights, Decoder):  # share, never copy
             self.embed, self.final_norm = weights.embed, weights.final_norm
             self.lm_head, self.layers = weights.lm_head, weights.layers
+            self.embed_scale, self.lm_head_scale = weights.embed_scale, weights.lm_head_scale
+            self.weight_format = weights.weight_format
             return
+        self.weight_format = weight_format
+        int8 = weight_format == "int8"
         expected = weight_shapes(config)
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
@@ -139,23 +170,33 @@ class Decoder(nnx.Module):
             value = weights.pop(name)
             if name in LAYER_WEIGHTS:
                 for i, layer in enumerate(per_layer):
-                    layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
+                    layer[name] = (quantize(value[i]) if int8 and name in QUANTIZED
+                                   else jnp.asarray(value[i], dtype=jnp.float32))
+            elif int8 and (name == "lm_head" or (name == "embed" and config.tie_embeddings)):
+                q = quantize(value) if name == "lm_head" else quantize_rows(value)
+                setattr(self, name, nnx.Param(q.q))
+                setattr(self, f"{name}_scale", nnx.Param(q.scale))
             elif not isinstance(value, nnx.Param):
                 setattr(self, name, nnx.Param(jnp.asarray(value, dtype=jnp.float32)))
             else:
                 setattr(self, name, value)
             del value
         self.layers = nnx.List([DecoderLayer(w) for w in per_layer])
+        for name in ("embed_scale", "lm_head_scale"):  # float32 tables have no scale
+            if not hasattr(self, name):
+                setattr(self, name, None)
         if config.tie_embeddings:
             self.lm_head = None
 
     @classmethod
-    def from_weights(cls, config: ModelConfig, weights: dict) -> Decoder:
+    def from_weights(cls, config: ModelConfig, weights: dict, weight_format: str = "float32"
+                     ) -> Decoder:
         """Takes ownership of ``weights`` (the canonical float32 dict): entries are popped."""
-        return cls(config, weights)
+        return cls(config, weights, weight_format=weight_format)
 
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0) -> Decoder:
+    def random(cls, config: ModelConfig, seed: int = 0, weight_format: str = "float32"
+               ) -> Decoder:
         """Random weights scaled so that every layer visibly changes the logits (for tests)."""
         rng = np.random.default_rng(seed)
         weights = {}
@@ -168,7 +209,8 @@ class Decoder(nnx.Module):
                 weights[name] = rng.standard_normal(shape) * (2.0 / np.sqrt(shape[1]))
             else:
                 weights[name] = rng.standard_normal(shape) / np.sqrt(shape[-2])
-        return cls(config, {k: v.astype(np.float32) for k, v in weights.items()})
+        return cls(config, {k: v.astype(np.float32) for k, v in weights.items()},
+                   weight_format=weight_format)
 
     def early_exit(self, n: int) -> Decoder:
         """The first ``n`` layers + final norm + head, sharing these weights (self-speculation)."""
@@ -186,11 +228,25 @@ class Decoder(nnx.Module):
                  ) -> Float[Array, "N V"]:
         """Logits from normed features. ``tied_head``'s custom_vmap has no reverse-mode rule, so
         training (``differentiable=True``) takes a plain contraction with the same result."""
+        if self.weight_format != "float32":
+            if differentiable:
+                raise ValueError("training reads a float32 target's head; this target was "
+                                 f"loaded with weights={self.weight_format!r}")
+            table = self.embed if self.config.tie_embeddings else self.lm_head
+            scale = self.embed_scale if self.config.tie_embeddings else self.lm_head_scale
+            out = linear(h.reshape(-1, h.shape[-1]), Int8Weight(table[...], scale[...]))
+            return out.reshape(*h.shape[:-1], out.shape[-1])
         if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
             if differentiable:
                 return jnp.einsum("...d,vd->...v", h, self.embed[...])
             return tied_head(h, self.embed[...])
         return h @ self.lm_head[...]
+
+    def embed_rows(self, tokens: Int[Array, "..."]) -> Float[Array, "... D"]:
+        """Input embeddings of ``tokens`` (dequantized rows of an int8 tied table)."""
+        scale = self.embed_scale
+        return rows(self.embed[...] if scale is None else Int8Weight(self.embed[...], scale[...]),
+                    tokens, self.config.hidden_size)
 
     # ---- the cached contract -----------------------------------------------------------------
 
@@ -235,7 +291,7 @@ class Decoder(nnx.Module):
         return self.read_out(h), h, cache
 
     def _forward_hidden(self, tokens, positions, slots, mask, cache: KVCache):
-        return self.layers_forward(self.embed[...][tokens], positions, slots, mask, cache)
+        return self.layers_forward(self.embed_rows(tokens), positions, slots, mask, cache)
 
     def layers_forward(self, x: Float[Array, "N D"], positions, slots, mask, cache: KVCache
                        ) -> tuple[Float[Array, "N D"], KVCache]:
@@ -262,7 +318,7 @@ class Decoder(nnx.Module):
             dep = 0.0 * attn[0, 0]
             k_scratch.append(ks + dep)
             v_scratch.append(vs + dep)
-            x = x + attn @ w["wo"]
+            x = x + linear(attn, w["wo"])
             x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
         cache = cache.replace(k_scratch=tuple(k_scratch), v_scratch=tuple(v_scratch))
         return x, cache
@@ -292,7 +348,7 @@ class Decoder(nnx.Module):
     def hidden(self, tokens: Int[Array, " T"]) -> Float[Array, "T D"]:
         """The residual stream after the last layer (before the final norm), uncached; with
         ``features_of`` and ``read_out(differentiable=True)`` it is the training path."""
-        return self.layers_uncached(self.embed[...][tokens])
+        return self.layers_uncached(self.embed_rows(tokens))
 
     def layers_uncached(self, x: Float[Array, "T D"]) -> Float[Array, "T D"]:
         """The layer stack on given inputs, causal over positions 0..T-1, no cache."""
@@ -303,6 +359,7 @@ class Decoder(nnx.Module):
         for i in range(self.active_layers):
             w = self.layers[i].weights()
             q, k, v = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
-            x = x + attend(q, (k.transpose(1, 0, 2),), (v.transpose(1, 0, 2),), (causal,)) @ w["wo"]
+            attn = attend(q, (k.transpose(1, 0, 2),), (v.transpose(1, 0, 2),), (causal,))
+            x = x + linear(attn, w["wo"])
             x = x + mlp(rms_norm(x, w["mlp_norm"], c.rms_eps), w)
         return x

@@ -13,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from specjax.models.config import ModelConfig
+from specjax.models.quant import linear
 
 NEG_INF = float(np.finfo(np.float32).min)
 
@@ -74,7 +75,7 @@ def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float):
 def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c: ModelConfig):
     """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE)."""
     N = h.shape[0]
-    q, k, v = h @ w["wq"], h @ w["wk"], h @ w["wv"]
+    q, k, v = linear(h, w["wq"]), linear(h, w["wk"]), linear(h, w["wv"])
     if c.qkv_bias:
         q, k, v = q + w["bq"], k + w["bk"], v + w["bv"]
     q = rope(q.reshape(N, c.num_heads, c.head_dim), positions, c.rope_theta)
@@ -115,4 +116,4 @@ def attend(
 
 def mlp(h: Float[Array, "N D"], w: dict) -> Float[Array, "N D"]:
     """SwiGLU (Shazeer 2020, eq. 6): (silu(h W_gate) * h W_up) W_down."""
-    return (jax.nn.silu(h @ w["w_gate"]) * (h @ w["w_up"])) @ w["w_down"]
+    return linear(jax.nn.silu(linear(h, w["w_gate"])) * linear(h, w["w_up"]), w["w_down"])

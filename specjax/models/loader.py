@@ -14,6 +14,7 @@ from flax import nnx
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
 from specjax.models.passes import JittedPasses
+from specjax.models.quant import WEIGHT_FORMATS
 
 MODEL_NAMES = (
     "qwen2.5-coder-1.5b-instruct",
@@ -81,10 +82,20 @@ class LoadedModel:
         return np.asarray(self.passes.logits(padded)[:T], np.float32)
 
 
-def load_model(name: str, cache_dir=None) -> LoadedModel:
-    """One of ``MODEL_NAMES`` (downloaded once, then cached) or any ``toy*`` name."""
+def load_model(name: str, cache_dir=None, weights: str = "float32") -> LoadedModel:
+    """One of ``MODEL_NAMES`` (downloaded once, then cached) or any ``toy*`` name.
+
+    ``weights="int8"`` quantizes a GGUF model's matmul weights at load (``models.quant``):
+    faster decode on CPU, a slightly different target law.
+    """
     if not isinstance(name, str):
         raise ValueError(f"load_model: name must be a str, got {type(name).__name__}")
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(f"load_model: weights must be one of {list(WEIGHT_FORMATS)}, "
+                         f"got {weights!r}")
+    if weights != "float32" and (name.startswith("toy") or name.startswith("family/")):
+        raise ValueError(f"load_model: weights={weights!r} applies to the GGUF models "
+                         f"{list(MODEL_NAMES)} only, not {name!r}")
     if name.startswith("toy"):
         from specjax.models.toy import load_toy
 
@@ -103,9 +114,9 @@ def load_model(name: str, cache_dir=None) -> LoadedModel:
     from specjax.models.tokenizer import GGUFTokenizer
 
     reader = open_gguf(fetch(name, cache_dir))
-    hparams, weights = read_gguf(reader)
+    hparams, tensors = read_gguf(reader)
     config = ModelConfig(**hparams)
     tokenizer = GGUFTokenizer.from_gguf(reader)
     del reader
-    model = Decoder.from_weights(config, weights)  # empties ``weights`` as it goes
+    model = Decoder.from_weights(config, tensors, weight_format=weights)  # empties ``tensors``
     return LoadedModel(name, config, model, tokenizer)

@@ -20,3 +20,12 @@ def test_roofline_is_the_slower_of_reading_the_weights_and_doing_the_flops():
     assert rows[0].endswith("| 180.0 (compute) | 0.90 | 150.0 | 0.75 |")
     # decode: one token, so reading the weights (100 ms) bounds it; no matmuls-alone timing
     assert rows[1].endswith("| 100.0 (bandwidth) | 0.50 | - | - |")
+
+
+def test_an_int8_row_is_judged_against_its_own_bytes():
+    # 1e9 params at 1 byte: 1 GB / 40 GB/s = 25 ms to read; 2e9 FLOPs / 100 GFLOP/s = 20 ms.
+    timing = dict(model="m (int8)", params=10**9, bytes_per_param=1, pass_="decode",
+                  ms_default=50.0)
+    _, (rec,) = render([timing], ["default"], bw=40.0, flops=100e9)
+    assert rec["bound"] == "bandwidth" and abs(rec["roofline_ms"] - 25.0) < 1e-9
+    assert abs(rec["ratio"] - 0.5) < 1e-12

@@ -42,7 +42,8 @@ def test_results_file_has_a_line_per_prompt_then_the_summary(greedy_run):
     assert [x["type"] for x in lines] == ["prompt"] * 3 + ["summary"]
     assert [x["id"] for x in lines[:3]] == ["toy/0", "toy/1", "toy/2"]
     assert lines[-1]["verifier"] == "token" and lines[-1]["drafter"]["name"] == "model"
-    assert lines[-1]["model"] == {"target": "toy-target", "draft": "toy-draft"}
+    assert lines[-1]["model"] == {"target": "toy-target", "draft": "toy-draft",
+                                  "weights": "float32"}
     assert (run_dir / "config.yaml").exists()
     ar, spec = summary["autoregressive"], summary["speculative"]
     assert ar["num_prompts"] == spec["num_prompts"] == 3
@@ -112,6 +113,8 @@ INVALID = [
     (["dataset=humaneval"], "dataset"),  # the toy models read token ids: dataset=toy only
     (["drafter=ngram", "drafter.min_ngram=3", "drafter.max_ngram=2"], "drafter.max_ngram"),
     (["verifier._target_=algorithms.verifiers.nope.Nope"], "verifier"),
+    (["model.weights=int4"], "model.weights"),
+    (["model.weights=int8"], "model.weights"),  # the toy models are exact float tables
 ]
 
 

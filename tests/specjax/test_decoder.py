@@ -28,9 +28,14 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa"])
+@pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa",
+                                        "llama_tied_gqa/int8", "qwen2_bias_head_gqa/int8"])
 def jp(request):
-    return JittedPasses(Decoder.random(CONFIGS[request.param], seed=7))
+    """Each equivalence test runs on float32 weights and on int8 weights: the cached paths must
+    reproduce the uncached forward of the same quantized model (the kernel sums each output
+    in a fixed order, so a row's result does not depend on which rows share its pass)."""
+    name, _, fmt = request.param.partition("/")
+    return JittedPasses(Decoder.random(CONFIGS[name], seed=7, weight_format=fmt or "float32"))
 
 
 def tokens(V, n, seed):

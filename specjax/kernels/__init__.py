@@ -1,0 +1,92 @@
+"""CPU kernels XLA does not provide, built with the system C++ compiler on first use.
+
+Why a compiled kernel at all: XLA:CPU has no fused "int8 weights x float32 rows" dot; every
+form written in ``jnp`` either writes a float32 copy of the weights first (~9x slower than
+float32, ``../shared/PERF_NOTES.md``) or quantizes the activations too (W8A8, which moved
+greedy decoding off float32 on 2.3 % of positions). The kernel is registered through JAX's
+FFI (``jax.ffi``), so it runs inside the jitted decode loop like any other op; other
+platforms never see it (``models.quant.linear`` falls back to ``jnp`` there).
+
+The shared library is cached under ``~/.cache/specjax/kernels`` keyed by the source, the
+compiler flags, the jaxlib version and the CPU, so a changed machine or kernel rebuilds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import threading
+import warnings
+from pathlib import Path
+
+import jax
+
+from specjax.assets import cache_root
+
+SOURCE = Path(__file__).with_name("q8dot.cc")
+TARGET = "specjax_q8dot"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}
+
+
+def cache_dir() -> Path:
+    return cache_root() / "kernels"
+
+
+def _cpu_id() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def build() -> Path:
+    """Compile the kernel (or reuse the cached build); raises ``RuntimeError`` with the
+    compiler's message when it cannot."""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler found (set CXX, or install g++)")
+    include = jax.ffi.include_dir()
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(FLAGS), compiler,
+                                    jax.__version__, _cpu_id()]).encode()).hexdigest()[:16]
+    out = cache_dir() / f"q8dot-{key}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    proc = subprocess.run([compiler, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(tmp)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"compiling {SOURCE.name} failed:\n{proc.stderr[-2000:]}")
+    tmp.replace(out)  # atomic: a concurrent build (xdist workers) sees a whole file or none
+    return out
+
+
+def q8dot_available() -> bool:
+    """Whether the int8 kernel is registered for CPU; builds it on the first call. A failed
+    build warns once and returns False (``quant.linear`` then takes its ``jnp`` path)."""
+    with _lock:
+        if "ok" not in _state:
+            if platform.machine().lower() not in ("x86_64", "amd64"):
+                _state["ok"] = False  # the kernel is AVX2 code
+                return False
+            try:
+                lib = ctypes.cdll.LoadLibrary(str(build()))
+                jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.specjax_q8dot),
+                                            platform="cpu")
+                _state["lib"], _state["ok"] = lib, True
+            except (RuntimeError, OSError) as err:
+                warnings.warn(f"specjax int8 CPU kernel unavailable, using the slow jnp path: "
+                              f"{err}", stacklevel=2)
+                _state["ok"] = False
+        return bool(_state["ok"])

@@ -1,0 +1,148 @@
+"""int8 weights (``specjax.models.quant``) and their CPU kernel (``specjax.kernels``) against a
+float64 reference written in NumPy from the unpacked integers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import kernels
+from specjax.models import quant
+from specjax.models.loader import load_model
+from specjax.models.quant import Int8Weight, linear, pack, quantize, quantize_rows, rows
+
+# (in, out): aligned, odd in both, narrower than one block, a head-like wide one, and one
+# with several scale groups and a masked tail
+SHAPES = [(96, 40), (37, 13), (5, 3), (64, 1000), (203, 24)]
+
+
+def numpy_unpack(q: np.ndarray, n_out: int, K: int) -> np.ndarray:
+    """The packed layout by its definition: element (o, k) sits at [o//4, k//8, o%4, k%8]."""
+    o, k = np.meshgrid(np.arange(n_out), np.arange(K), indexing="ij")
+    return q[o // 4, k // 8, o % 4, k % 8]
+
+
+def reference(x: np.ndarray, w: Int8Weight, K: int) -> np.ndarray:
+    """Each (output, column) integer times its group's scale, in float64."""
+    n_out, n_scales = w.scale.shape
+    q = numpy_unpack(np.asarray(w.q), n_out, K).astype(np.float64)
+    group = np.asarray(w.q).shape[1] * 8 // n_scales
+    scale = np.asarray(w.scale, np.float64)[:, np.arange(K) // group]
+    return x.astype(np.float64) @ (q * scale).T
+
+
+def test_the_kernel_builds_here():
+    """CI runs on x86-64 with g++: a silent fall-back to the slow path would hide a broken
+    build, so here the kernel must be there."""
+    assert kernels.q8dot_available()
+
+
+@pytest.mark.parametrize("group", [8, 16, 64])
+def test_pack_follows_its_layout_and_quantize_rounds_within_half_a_step(group):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((37, 13)).astype(np.float32)  # [in, out]
+    q = quantize(w, group=group)
+    padded_k = -(-37 // group) * group
+    assert q.q.dtype == jnp.int8 and q.q.shape == (4, padded_k // 8, 4, 8)  # ceil(13/4)
+    assert q.scale.shape == (13, padded_k // group)
+    ints = numpy_unpack(np.asarray(q.q), 13, 37)
+    scale = np.asarray(q.scale)[:, np.arange(37) // group]  # [out, in]
+    assert np.all(np.abs(ints * scale - w.T) <= scale / 2 * (1 + 1e-6))
+    # absmax scales: every (output, group) has a +-127 (the padding is all zeros)
+    for g in range(padded_k // group):
+        assert np.all(np.abs(ints[:, g * group:(g + 1) * group]).max(axis=1) == 127)
+    dense = np.asarray(q.q).transpose(0, 2, 1, 3).reshape(16, padded_k)
+    assert not dense[13:].any() and not dense[:, 37:].any()  # zero padding
+    np.testing.assert_array_equal(np.asarray(quant.unpack(q.q, 13, 37)), ints)
+    assert pack(ints).shape == (4, 5, 4, 8)  # ceil(13/4), ceil(37/8)
+    np.testing.assert_array_equal(numpy_unpack(pack(ints), 13, 37), ints)
+    with pytest.raises(ValueError, match="group must be a multiple of 8"):
+        quantize(w, group=12)
+
+
+@pytest.mark.parametrize("K,n_out", SHAPES)
+@pytest.mark.parametrize("n_rows", [1, 2, 3, 9])
+@pytest.mark.parametrize("group", [8, 64])
+def test_linear_equals_the_float64_reference(K, n_out, n_rows, group):
+    rng = np.random.default_rng(K * n_out + n_rows)
+    x = rng.standard_normal((n_rows, K)).astype(np.float32)
+    w = (rng.standard_normal((K, n_out)) * 0.1).astype(np.float32)
+    w[0] *= 50  # an outlier input feature: only its own group shares its scale
+    qw = quantize(w, group=group)
+    ref = reference(x, qw, K)
+    for f in (linear, jax.jit(linear), quant._reference):  # eager, jitted, the jnp fall-back
+        got = np.asarray(f(jnp.asarray(x), qw))
+        assert got.shape == (n_rows, n_out)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    # and it is the float product up to rounding: each weight moved by at most half its
+    # group's step (a wrong scale, group or layout would not stay inside this bound)
+    step = np.asarray(qw.scale, np.float64)[:, np.arange(K) // group]  # [out, in]
+    bound = np.abs(x.astype(np.float64)) @ (step.T / 2)
+    assert np.all(np.abs(got - x.astype(np.float64) @ w) <= bound * (1 + 1e-4) + 1e-5)
+
+
+def test_a_row_does_not_depend_on_the_rows_beside_it():
+    """Each output is one thread's fixed-order sum, so a row alone equals the same row in a
+    tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it)."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((5, 200)).astype(np.float32))
+    w = quantize((rng.standard_normal((200, 300)) * 0.1).astype(np.float32))
+    together = np.asarray(linear(x, w))
+    for i in range(5):
+        np.testing.assert_array_equal(np.asarray(linear(x[i:i + 1], w))[0], together[i])
+
+
+def test_vmap_over_a_batch_reads_the_weights_unbatched():
+    rng = np.random.default_rng(2)
+    xb = rng.standard_normal((4, 3, 64)).astype(np.float32)
+    w = quantize((rng.standard_normal((64, 48)) * 0.1).astype(np.float32))
+    got = np.asarray(jax.jit(jax.vmap(linear, in_axes=(0, None)))(jnp.asarray(xb), w))
+    for b in range(4):
+        np.testing.assert_array_equal(got[b], np.asarray(linear(jnp.asarray(xb[b]), w)))
+    np.testing.assert_allclose(got, reference(xb.reshape(12, 64), w, 64).reshape(4, 3, 48),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_tied_table_rows_round_trip_within_half_a_step():
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((13, 37)).astype(np.float32)  # [V, D]
+    q = quantize_rows(table)
+    ids = np.array([[3, 0], [12, 3]])
+    got = np.asarray(rows(q, jnp.asarray(ids), 37))
+    assert got.shape == (2, 2, 37)
+    scale = np.asarray(q.scale)[ids][..., np.arange(37) // 64]
+    assert np.all(np.abs(got - table[ids]) <= scale / 2 * (1 + 1e-6))
+    np.testing.assert_array_equal(np.asarray(rows(jnp.asarray(table), jnp.asarray([5]), 37)),
+                                  table[[5]])
+
+
+def test_bad_weight_format_is_one_clear_error():
+    with pytest.raises(ValueError, match=r"weights must be one of \['float32', 'int8'\]"):
+        load_model("smollm2-135m-instruct", weights="int4")
+    with pytest.raises(ValueError, match="applies to the GGUF models"):
+        load_model("toy-target", weights="int8")
+
+
+def test_a_failed_build_warns_and_falls_back(monkeypatch, tmp_path):
+    """No compiler: one warning naming the cause, and ``linear`` still returns the product."""
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
+    with pytest.warns(UserWarning, match="int8 CPU kernel unavailable"):
+        assert not kernels.q8dot_available()
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    w = quantize((rng.standard_normal((16, 8)) * 0.1).astype(np.float32))
+    np.testing.assert_allclose(np.asarray(linear(jnp.asarray(x), w)), reference(x, w, 16),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_the_tail_of_a_row_is_masked():
+    """K = 37 is not a multiple of 8: the kernel must not read row 0's last group past column
+    37 (into row 1), where an inf would turn 0 x inf into NaN."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 37)).astype(np.float32)
+    x[1, :8] = np.inf
+    w = quantize((rng.standard_normal((37, 12)) * 0.1).astype(np.float32))
+    got = np.asarray(jax.jit(linear)(jnp.asarray(x), w))
+    np.testing.assert_allclose(got[0], reference(x[:1], w, 37)[0], rtol=1e-5, atol=1e-5)
