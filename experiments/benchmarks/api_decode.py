@@ -28,6 +28,22 @@ from specjax.models.quant import WEIGHT_FORMATS
 PROMPT = "def fibonacci(n):"
 
 
+def per_token_ms(model, ids, tokens: int, reps: int = 3) -> tuple[float, int]:
+    """Median over ``reps`` of ms per decoded token, greedy, batch 1, with prefill removed by
+    subtracting a 1-token run of the same prompt (``generate``'s wall time excludes
+    compilation); also the number of tokens the last run decoded."""
+    greedy = specjax.Sampling(temperature=0.0)
+    per_token = []
+    for _ in range(reps):
+        one = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=1, progress=False)
+        run = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=tokens,
+                               progress=False)
+        n = run.summary["new_tokens"]
+        per_token.append(1e3 * (run.summary["wall_time_s"] - one.summary["wall_time_s"])
+                         / max(n - 1, 1))
+    return statistics.median(per_token), n
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODEL_NAMES)[:0:-1],
@@ -38,21 +54,10 @@ def main():
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     bw = copy_bandwidth()
-    greedy = specjax.Sampling(temperature=0.0)
     rows = []
     for name, weights in ((n, w) for n in args.models for w in args.weights):
         model = specjax.load_model(name, weights=weights)
-        ids = model.encode(PROMPT)
-        per_token = []
-        for _ in range(args.reps):
-            one = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=1,
-                                   progress=False)
-            run = specjax.generate(model, [ids], sampling=greedy, max_new_tokens=args.tokens,
-                                   progress=False)
-            n = run.summary["new_tokens"]
-            per_token.append(1e3 * (run.summary["wall_time_s"] - one.summary["wall_time_s"])
-                             / max(n - 1, 1))
-        ms = statistics.median(per_token)
+        ms, n = per_token_ms(model, model.encode(PROMPT), args.tokens, args.reps)
         per_param = 4 if weights == "float32" else 1
         rows.append((name, weights, ms, per_param * model.config.streamed_params))
         print(f"{name} ({weights}): {ms:.1f} ms/token over {n} tokens", flush=True)

@@ -37,7 +37,7 @@ import numpy as np
 
 from specjax.models.loader import MODEL_NAMES, load_model
 from specjax.models.passes import JittedPasses
-from specjax.models.quant import WEIGHT_FORMATS, Int8Weight, linear
+from specjax.models.quant import WEIGHT_FORMATS, linear
 
 PROMPT = 128
 TREES = ((1, 8), (4, 2), (3, 8), (4, 8))
@@ -101,9 +101,7 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, 
         layers = [layer.weights() for layer in decoder.layers]
     head_matmul = matmul
     if head is None and decoder.weight_format == "int8":  # the kernel, as the decoder runs it
-        table = decoder.embed if decoder.config.tie_embeddings else decoder.lm_head
-        scale = decoder.embed_scale if decoder.config.tie_embeddings else decoder.lm_head_scale
-        head, matmul = Int8Weight(table[...], scale[...]), linear
+        head, matmul = decoder.int8_head(), linear
         head_matmul = matmul
     elif head is None:
         head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...]

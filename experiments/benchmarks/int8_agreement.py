@@ -4,7 +4,8 @@
         [--n 8] [--tokens 64] [--sequences FILE.json] [--out paper_repro/results/int8_cpu.md]
 
 - Speed: ``specjax.generate``, greedy, batch 1, ``--tokens`` new tokens on one HumanEval suite
-  prompt, per-token time with prefill removed (a 1-token run subtracted), float32 and int8 in
+  prompt, per-token time with prefill removed (``api_decode.per_token_ms``: a 1-token run
+  subtracted, median of 3), float32 and int8 in
   the same process, side by side.
 - Agreement: the first ``--n`` prompts of each vendored suite (chat template) are decoded
   greedily by the float32 model; the int8 model then reads each float32 sequence (teacher
@@ -21,21 +22,12 @@ import json
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
+from experiments.benchmarks import write_report
+from experiments.benchmarks.api_decode import per_token_ms
+
 SUITES = ("humaneval", "gsm8k", "alpaca", "mt_bench")
-
-
-def per_token_ms(model, ids, tokens: int) -> float:
-    import specjax
-
-    greedy = specjax.Sampling(temperature=0.0)
-    run = lambda n: specjax.generate(model, [ids], sampling=greedy, max_new_tokens=n,  # noqa: E731
-                                     progress=False).summary
-    run(1)  # compile both shapes before timing
-    one, full = run(1), run(tokens)
-    return 1e3 * (full["wall_time_s"] - one["wall_time_s"]) / max(full["new_tokens"] - 1, 1)
 
 
 def float32_greedy(model, n: int, tokens: int) -> dict[str, list[tuple[list[int], list[int]]]]:
@@ -55,15 +47,12 @@ def float32_greedy(model, n: int, tokens: int) -> dict[str, list[tuple[list[int]
 
 def agreement(model, sequences) -> dict[str, tuple[int, int]]:
     """Per suite: (positions where the model's argmax equals the given token, positions)."""
-    T = max(len(p) + len(c) for seqs in sequences.values() for p, c in seqs)
-    logits = jax.jit(lambda ids: jnp.argmax(model.model.logits(ids), axis=-1))
     out = {}
     for suite, seqs in sequences.items():
         same = total = 0
         for prompt, cont in seqs:
-            ids = prompt + cont
-            top = np.asarray(logits(jnp.asarray(ids + [0] * (T - len(ids)), jnp.int32)))
-            pred = top[len(prompt) - 1: len(ids) - 1]  # causal: padding cannot reach these
+            top = model.forward(prompt + cont).argmax(axis=-1)  # uncached, causal
+            pred = top[len(prompt) - 1: len(prompt) + len(cont) - 1]
             same += int(np.sum(pred == np.asarray(cont)))
             total += len(cont)
         out[suite] = (same, total)
@@ -83,7 +72,7 @@ def main():
 
     f32 = specjax.load_model(args.model)
     prompt = f32.encode("def fibonacci(n):")
-    ms_f32 = per_token_ms(f32, prompt, args.tokens)
+    ms_f32, _ = per_token_ms(f32, prompt, args.tokens)
     print(f"float32: {ms_f32:.1f} ms/token", flush=True)
     key = dict(model=args.model, n=args.n, tokens=args.tokens)
     stored = json.loads(Path(args.sequences).read_text()) if args.sequences and Path(
@@ -98,7 +87,7 @@ def main():
     del f32
     gc.collect()
     q8 = specjax.load_model(args.model, weights="int8")
-    ms_q8 = per_token_ms(q8, prompt, args.tokens)
+    ms_q8, _ = per_token_ms(q8, prompt, args.tokens)
     print(f"int8: {ms_q8:.1f} ms/token", flush=True)
     agree = agreement(q8, sequences)
 
@@ -117,11 +106,7 @@ def main():
         lines.append(f"| {suite} | {args.n} | {total} | {same / total:.2%} |")
         same_all, total_all = same_all + same, total_all + total
     lines.append(f"| all | {args.n * len(agree)} | {total_all} | {same_all / total_all:.2%} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(f"wrote {args.out}")
+    write_report("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

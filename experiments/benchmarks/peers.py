@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.benchmarks import write_report
 from specjax.models.quant import WEIGHT_FORMATS
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
@@ -202,11 +203,7 @@ def main():
             f"tokens, batch 1; target {TARGET}, draft {DRAFT}; {os.cpu_count()} CPU cores, "
             f"load average {os.getloadavg()[0]:.1f}; prompt lengths "
             f"{[len(p) for p in ids]}; mean of {np.mean([len(p) for p in ids]):.0f} tokens.")
-    text = table(rows, skipped, head)
-    print(text)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(f"wrote {args.out}")
+    write_report(table(rows, skipped, head), args.out)
 
 
 if __name__ == "__main__":

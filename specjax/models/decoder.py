@@ -232,15 +232,19 @@ class Decoder(nnx.Module):
             if differentiable:
                 raise ValueError("training reads a float32 target's head; this target was "
                                  f"loaded with weights={self.weight_format!r}")
-            table = self.embed if self.config.tie_embeddings else self.lm_head
-            scale = self.embed_scale if self.config.tie_embeddings else self.lm_head_scale
-            out = linear(h.reshape(-1, h.shape[-1]), Int8Weight(table[...], scale[...]))
+            out = linear(h.reshape(-1, h.shape[-1]), self.int8_head())
             return out.reshape(*h.shape[:-1], out.shape[-1])
         if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
             if differentiable:
                 return jnp.einsum("...d,vd->...v", h, self.embed[...])
             return tied_head(h, self.embed[...])
         return h @ self.lm_head[...]
+
+    def int8_head(self) -> Int8Weight:
+        """The int8 matrix the head multiplies: the embedding's rows when tied, else lm_head."""
+        if self.config.tie_embeddings:
+            return Int8Weight(self.embed[...], self.embed_scale[...])
+        return Int8Weight(self.lm_head[...], self.lm_head_scale[...])
 
     def embed_rows(self, tokens: Int[Array, "..."]) -> Float[Array, "... D"]:
         """Input embeddings of ``tokens`` (dequantized rows of an int8 tied table)."""
