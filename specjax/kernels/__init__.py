@@ -29,7 +29,7 @@ from specjax.assets import cache_root
 
 SOURCE = Path(__file__).with_name("q8dot.cc")
 TARGET = "specjax_q8dot"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-w")
+FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}
@@ -49,21 +49,23 @@ def _cpu_id() -> str:
     return platform.processor()
 
 
-def build() -> Path:
-    """Compile the kernel (or reuse the cached build); raises ``RuntimeError`` with the
-    compiler's message when it cannot."""
+def build(march: str = "native") -> Path:
+    """Compile the kernel for ``-march`` (or reuse the cached build); raises ``RuntimeError``
+    with the compiler's message when it cannot. The kernel has an AVX-512 and an AVX2 form;
+    ``native`` picks the machine's, and tests build ``haswell`` to check the AVX2 one here."""
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++)")
     include = jax.ffi.include_dir()
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(FLAGS), compiler,
+    flags = (*FLAGS, f"-march={march}")
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(flags), compiler,
                                     jax.__version__, _cpu_id()]).encode()).hexdigest()[:16]
     out = cache_dir() / f"q8dot-{key}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([compiler, *FLAGS, f"-I{include}", str(SOURCE), "-o", str(tmp)],
+    proc = subprocess.run([compiler, *flags, f"-I{include}", str(SOURCE), "-o", str(tmp)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
@@ -78,7 +80,7 @@ def q8dot_available() -> bool:
     with _lock:
         if "ok" not in _state:
             if platform.machine().lower() not in ("x86_64", "amd64"):
-                _state["ok"] = False  # the kernel is AVX2 code
+                _state["ok"] = False  # the kernel is AVX2 / AVX-512 code
                 return False
             try:
                 lib = ctypes.cdll.LoadLibrary(str(build()))

@@ -1,14 +1,22 @@
-// y[r, o] = sum_s scale[o, s] * sum_{k in group s} x[r, k] * q[o, k]: int8 weights with one
-// float32 scale per output and group of columns, times float32 rows, for decode
-// and tree scoring on CPU. XLA:CPU will not fuse a dequantize into its dot (it would write a
-// float32 copy of every weight, 4x the bytes), so this kernel converts each int8 group to
-// float32 in registers and multiplies it with the few activation rows while it is there.
+// y[r, o] = sum_g scale[o, g] * sum_{k in group g} x[r, k] * q[o, k]: int8 weights with one
+// float32 scale per output and group of columns, times float32 rows, for decode, tree scoring
+// and prefill on CPU. XLA:CPU will not fuse a dequantize into its dot (it would write a
+// float32 copy of every weight, 4x the bytes), so this kernel converts the int8 weights to
+// float32 in registers and multiplies them with the activation rows while they are there.
 //
-// Weight layout (specjax.models.quant.pack): [O/4, K/8, 4, 8] int8, i.e. four output rows'
-// 8-wide column groups interleaved, so one block of four outputs is a single sequential
-// stream (four separate row streams ran at half the bandwidth here). O and K are padded with
-// zeros to multiples of 4 and of the scale group; x keeps its true K (the tail is a masked
-// load). Scales are [O, K_padded / group] float32.
+// Weight layout (specjax.models.quant.pack): [O/32, Kp, 32] int8, i.e. for each block of 32
+// outputs, column k's 32 weights are adjacent, so a block is one sequential stream and one
+// converted load feeds a whole tile of rows. Scales are [G, O] float32. q's outputs are
+// padded with zeros to a multiple of 32 and its columns to Kp = G x group (which is how the
+// kernel knows the group); x keeps its true K and columns past it are never read.
+//
+// A tile is R rows x 32 outputs (R <= kMaxRows). Each weight vector is converted once per
+// tile and used for R multiply-adds, so a 9-row tree pass costs little more than a 1-row
+// decode step; with AVX-512 (32 vector registers) R = 6 keeps 2R partial sums, 2R totals and
+// the weights in registers. Lanes are outputs: each (row, output) is one fixed-order chain of
+// fused multiply-adds over its group's columns, scaled into the total as the group ends, so
+// a row's result does not depend on R, on the rows beside it, or on the thread split (cached
+// and uncached passes agree exactly).
 // Work is split over XLA's intra-op thread pool in chunks of output blocks.
 #include <immintrin.h>
 
@@ -24,76 +32,102 @@ namespace ffi = xla::ffi;
 
 namespace {
 
-float Sum8(__m256 a) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
+constexpr int64_t kBlock = 32;  // outputs per block
 
-__m256 LoadInt8(const int8_t* p) {
+#ifdef __AVX512F__
+using V = __m512;
+constexpr int kLanes = 16, kMaxRows = 6;
+V Zero() { return _mm512_setzero_ps(); }
+V Splat(float v) { return _mm512_set1_ps(v); }
+V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+V LoadScales(const float* p, int64_t n) {  // the first n lanes, zeros past them
+  return _mm512_maskz_loadu_ps(n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), p);
+}
+V LoadInt8(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+void Store(float* p, V v, int64_t n) {  // the first n <= kLanes lanes
+  _mm512_mask_storeu_ps(p, n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), v);
+}
+#else  // AVX2: 16 vector registers hold one row's 4 + 4 sums and 4 weight vectors
+using V = __m256;
+constexpr int kLanes = 8, kMaxRows = 1;
+V Zero() { return _mm256_setzero_ps(); }
+V Splat(float v) { return _mm256_set1_ps(v); }
+V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+V LoadScales(const float* p, int64_t n) {
+  alignas(32) float tmp[kLanes] = {};
+  std::copy(p, p + std::min<int64_t>(n, kLanes), tmp);
+  return _mm256_load_ps(tmp);
+}
+V LoadInt8(const int8_t* p) {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
+void Store(float* p, V v, int64_t n) {
+  alignas(32) float tmp[kLanes];
+  _mm256_store_ps(tmp, v);
+  std::copy(tmp, tmp + std::min<int64_t>(n, kLanes), p);
+}
+#endif
+constexpr int kVecs = kBlock / kLanes;  // vectors per block
 
 struct Problem {
-  const float* x;
-  const int8_t* q;
-  const float* scale;
-  float* y;
-  int64_t rows, k, k_groups, outputs;  // k: x's width; k_groups: padded K / 8
-  int64_t x_groups;                      // ceil(k / 8): groups past it are zero padding
-  int64_t scale_groups, groups_per_scale;  // scales per output; 8-column groups per scale
+  const float* x;       // [rows, k]
+  const int8_t* q;      // [blocks, kp, 32]
+  const float* scale;   // [groups, outputs]
+  float* y;             // [rows, outputs]
+  int64_t rows, k, kp, outputs, group, groups;
 };
 
-// Rows [r0, r0 + NR) against the four outputs of block b. Each scale group's partial sums
-// are scaled as the group ends, so a row's result is a fixed-order sum (independent of NR).
-template <int NR>
-void Block(const Problem& p, int64_t r0, int64_t b, __m256i tail_mask, int64_t full_groups) {
-  __m256 acc[NR][4];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_setzero_ps();
-  int64_t o_last = p.outputs - 1;
-  const float* sc[4];
-  for (int j = 0; j < 4; ++j) sc[j] = p.scale + std::min(4 * b + j, o_last) * p.scale_groups;
-  const int8_t* block_q = p.q + b * p.k_groups * 32;
-  for (int64_t sg = 0; sg < p.scale_groups; ++sg) {
-    int64_t g0 = sg * p.groups_per_scale, g1 = std::min(g0 + p.groups_per_scale, p.x_groups);
-    if (g0 >= g1) break;  // only zero padding is left
-    __m256 part[NR][4];
-    for (int i = 0; i < NR; ++i)
-      for (int j = 0; j < 4; ++j) part[i][j] = _mm256_setzero_ps();
-    const int8_t* q = block_q + g0 * 32;
-    for (int64_t g = g0; g < g1; ++g, q += 32) {
-      if ((g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + 2048), _MM_HINT_T0);
-      __m256 w[4];
-      for (int j = 0; j < 4; ++j) w[j] = LoadInt8(q + 8 * j);
-      for (int i = 0; i < NR; ++i) {
-        const float* xr = p.x + (r0 + i) * p.k + 8 * g;
-        __m256 xv = g < full_groups ? _mm256_loadu_ps(xr) : _mm256_maskload_ps(xr, tail_mask);
-        for (int j = 0; j < 4; ++j) part[i][j] = _mm256_fmadd_ps(xv, w[j], part[i][j]);
+// Rows [r0, r0 + R) against the 32 outputs of block b.
+template <int R>
+void Tile(const Problem& p, int64_t r0, int64_t b) {
+  V acc[R][kVecs];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = Zero();
+  const int8_t* q = p.q + b * p.kp * kBlock;
+  const float* scale = p.scale + b * kBlock;
+  const int64_t n = std::min(kBlock, p.outputs - b * kBlock);  // outputs of this block
+  const float* x = p.x + r0 * p.k;
+  const int64_t K = p.k;
+  for (int64_t k0 = 0; k0 < K; k0 += p.group, scale += p.outputs) {
+    V part[R][kVecs];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < kVecs; ++v) part[r][v] = Zero();
+    const int64_t k1 = std::min(K, k0 + p.group);
+    for (int64_t k = k0; k < k1; ++k, q += kBlock) {
+      _mm_prefetch(reinterpret_cast<const char*>(q + 1024), _MM_HINT_T0);
+      V w[kVecs];
+      for (int v = 0; v < kVecs; ++v) w[v] = LoadInt8(q + v * kLanes);
+      for (int r = 0; r < R; ++r) {
+        V xv = Splat(x[r * K + k]);
+        for (int v = 0; v < kVecs; ++v) part[r][v] = Fma(xv, w[v], part[r][v]);
       }
     }
-    for (int j = 0; j < 4; ++j) {
-      __m256 s = _mm256_broadcast_ss(sc[j] + sg);
-      for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_fmadd_ps(part[i][j], s, acc[i][j]);
+    for (int v = 0; v < kVecs && v * kLanes < n; ++v) {
+      V s = LoadScales(scale + v * kLanes, n - v * kLanes);
+      for (int r = 0; r < R; ++r) acc[r][v] = Fma(part[r][v], s, acc[r][v]);
     }
   }
-  for (int j = 0; j < 4; ++j) {
-    int64_t o = 4 * b + j;
-    if (o >= p.outputs) break;
-    for (int i = 0; i < NR; ++i) p.y[(r0 + i) * p.outputs + o] = Sum8(acc[i][j]);
+  for (int r = 0; r < R; ++r) {
+    float* y = p.y + (r0 + r) * p.outputs + b * kBlock;
+    for (int v = 0; v < kVecs && v * kLanes < n; ++v) Store(y + v * kLanes, acc[r][v], n - v * kLanes);
+  }
+}
+
+template <int R>
+void Rest(const Problem& p, int64_t r0, int64_t b, int64_t left) {
+  if constexpr (R > 0) {
+    if (left == R) return Tile<R>(p, r0, b);
+    Rest<R - 1>(p, r0, b, left);
   }
 }
 
 void Blocks(const Problem& p, int64_t lo, int64_t hi) {
-  int64_t full_groups = p.k / 8, rem = p.k % 8;
-  alignas(32) int32_t mask[8];
-  for (int i = 0; i < 8; ++i) mask[i] = i < rem ? -1 : 0;
-  __m256i tail_mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask));
   for (int64_t b = lo; b < hi; ++b) {
     int64_t r = 0;
-    for (; r + 2 <= p.rows; r += 2) Block<2>(p, r, b, tail_mask, full_groups);
-    for (; r < p.rows; ++r) Block<1>(p, r, b, tail_mask, full_groups);
+    for (; r + kMaxRows <= p.rows; r += kMaxRows) Tile<kMaxRows>(p, r, b);
+    if (r < p.rows) Rest<kMaxRows - 1>(p, r, b, p.rows - r);
   }
 }
 
@@ -103,28 +137,26 @@ struct Progress {
 
 ffi::Error Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer q, ffi::AnyBuffer scale,
                  ffi::Result<ffi::AnyBuffer> y) {
-  auto xd = x.dimensions(), qd = q.dimensions(), yd = y->dimensions();
   if (x.element_type() != ffi::F32 || q.element_type() != ffi::S8 ||
       scale.element_type() != ffi::F32 || y->element_type() != ffi::F32)
     return ffi::Error::InvalidArgument("q8dot: expects float32 x, int8 q, float32 scale");
-  auto sd = scale.dimensions();
-  if (xd.size() < 1 || qd.size() < 4 || yd.size() != xd.size() || qd[qd.size() - 2] != 4 ||
-      qd.back() != 8 || sd.size() < 2)
-    return ffi::Error::InvalidArgument("q8dot: q must be packed [..., O/4, K/8, 4, 8]");
+  auto xd = x.dimensions(), qd = q.dimensions(), sd = scale.dimensions(), yd = y->dimensions();
+  if (xd.size() < 1 || qd.size() < 3 || sd.size() < 2 || yd.size() != xd.size() ||
+      qd.back() != kBlock)
+    return ffi::Error::InvalidArgument("q8dot: q must be packed [..., O/32, Kp, 32]");
   Problem p;
   p.k = xd.back();
-  p.k_groups = qd[qd.size() - 3];
   p.outputs = yd.back();
-  int64_t blocks = qd[qd.size() - 4];
+  p.kp = qd[qd.size() - 2];
+  p.groups = sd[sd.size() - 2];
+  p.group = p.groups > 0 ? p.kp / p.groups : 0;
+  int64_t blocks = qd[qd.size() - 3];
   int64_t lead = 1;  // vmap's expand_dims gives unbatched weights leading size-1 axes
-  for (size_t i = 0; i + 4 < qd.size(); ++i) lead *= qd[i];
+  for (size_t i = 0; i + 3 < qd.size(); ++i) lead *= qd[i];
   for (size_t i = 0; i + 2 < sd.size(); ++i) lead *= sd[i];
-  p.scale_groups = sd.back();
-  p.x_groups = (p.k + 7) / 8;
-  if (lead != 1 || p.x_groups > p.k_groups || (p.outputs + 3) / 4 != blocks ||
-      sd[sd.size() - 2] != p.outputs || p.scale_groups < 1 || p.k_groups % p.scale_groups != 0)
+  if (lead != 1 || p.group < 1 || p.group * p.groups != p.kp || p.k > p.kp ||
+      sd.back() != p.outputs || (p.outputs + kBlock - 1) / kBlock != blocks)
     return ffi::Error::InvalidArgument("q8dot: x, q, scale and y shapes do not agree");
-  p.groups_per_scale = p.k_groups / p.scale_groups;
   p.rows = 1;
   for (size_t i = 0; i + 1 < xd.size(); ++i) p.rows *= xd[i];
   p.x = static_cast<const float*>(x.untyped_data());
@@ -132,6 +164,10 @@ ffi::Error Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer q, ffi::
   p.scale = static_cast<const float*>(scale.untyped_data());
   p.y = static_cast<float*>(y->untyped_data());
   if (p.rows == 0 || p.outputs == 0) return ffi::Error::Success();
+  if (p.k == 0) {
+    std::fill(p.y, p.y + p.rows * p.outputs, 0.0f);
+    return ffi::Error::Success();
+  }
 
   // ~16 chunks per thread keeps the threads' shares even without making chunks tiny.
   int64_t threads = std::max<int64_t>(1, pool.num_threads());

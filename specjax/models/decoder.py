@@ -99,10 +99,10 @@ class DecoderLayer(nnx.Module):
             value, scale = weights.get(name), None
             if isinstance(value, Int8Weight):
                 value, scale = nnx.Param(value.q), nnx.Param(value.scale)
-                if name in TENSOR_PARALLEL:  # packed [out/4, in/8, 4, 8]: flip the split
+                if name in TENSOR_PARALLEL:  # packed [out/32, in, 32]; scales [in/group, out]
                     spec = TENSOR_PARALLEL[name]
-                    value.set_metadata(out_sharding=(spec[1], spec[0], None, None))
-                    scale.set_metadata(out_sharding=(spec[1],))
+                    value.set_metadata(out_sharding=(spec[1], spec[0], None))
+                    scale.set_metadata(out_sharding=spec)
             elif value is not None and not isinstance(value, nnx.Param):
                 value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
             if value is not None and scale is None and name in TENSOR_PARALLEL:

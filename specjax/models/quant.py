@@ -12,8 +12,8 @@ Quantization: symmetric absmax with one float32 scale per output channel and gro
 ``GROUP`` input columns (Dettmers et al. 2022, "LLM.int8()", §3.1 vector-wise quantization,
 here on groups of a row as in Frantar et al. 2023, "GPTQ", §5; weights only). One scale per
 whole channel moved the 1.5B's greedy token on 1.08 % of positions; per 64 columns it costs
-1/16 byte per weight. Storage is the kernel's packed layout (``pack``): ``[O/4, K/8, 4, 8]``,
-four output rows interleaved in 8-column groups, and scales ``[O, K/GROUP]``.
+1/16 byte per weight. Storage is the kernel's packed layout (``pack``): ``[O/32, K, 32]``, the
+32 weights of a block of outputs adjacent for each column, and scales ``[K/GROUP, O]``.
 """
 
 from __future__ import annotations
@@ -29,42 +29,44 @@ from specjax import kernels
 
 #: Allowed values of the ``weights`` option of ``load_model`` / the ``model`` config group.
 WEIGHT_FORMATS = ("float32", "int8")
-#: Input columns per scale (a multiple of the kernel's 8-column groups).
+#: Input columns per scale.
 GROUP = 64
+#: Outputs per packed block (the kernel's tile width).
+BLOCK = 32
 
 
 class Int8Weight(NamedTuple):
-    """A matrix with ``out`` outputs as packed int8 (``pack``) plus float32 scales, one per
-    output and ``GROUP`` input columns (the column count is ``q``'s padded K / ``GROUP``)."""
+    """A matrix as packed int8 (``pack``) plus float32 scales, one per group of input columns
+    and output. The group is the padded K over the number of groups and the output count is
+    the scales' (``q`` is padded), so neither needs a field of its own."""
 
-    q: Int8[Array, "blocks groups 4 8"]
-    scale: Float[Array, "out scale_groups"]
+    q: Int8[Array, "blocks Kp 32"]
+    scale: Float[Array, "groups out"]
 
 
-def pack(q: Int8[np.ndarray, "out K"]) -> Int8[np.ndarray, "blocks groups 4 8"]:
-    """``[out, K]`` -> ``[ceil(out/4), ceil(K/8), 4, 8]``, zero-padded."""
+def pack(q: Int8[np.ndarray, "out K"]) -> Int8[np.ndarray, "blocks K 32"]:
+    """``[out, K]`` -> ``[ceil(out/32), K, 32]``, outputs zero-padded."""
     out, K = q.shape
-    padded = np.zeros((-(-out // 4) * 4, -(-K // 8) * 8), np.int8)
-    padded[:out, :K] = q
-    blocks, groups = padded.shape[0] // 4, padded.shape[1] // 8
-    return np.ascontiguousarray(padded.reshape(blocks, 4, groups, 8).transpose(0, 2, 1, 3))
+    padded = np.zeros((-(-out // BLOCK) * BLOCK, K), q.dtype)
+    padded[:out] = q
+    return np.ascontiguousarray(padded.reshape(-1, BLOCK, K).transpose(0, 2, 1))
 
 
-def unpack(q: Int8[Array, "blocks groups 4 8"], out: int, K: int) -> Int8[Array, "out K"]:
-    blocks, groups = q.shape[-4], q.shape[-3]
-    return q.transpose(0, 2, 1, 3).reshape(blocks * 4, groups * 8)[:out, :K]
+def unpack(a: Array, out: int, K: int) -> Array:
+    """``pack``'s inverse: ``[blocks, Kp, 32]`` -> ``[out, K]``."""
+    return jnp.swapaxes(a, -1, -2).reshape(-1, a.shape[-2])[:out, :K]
 
 
 def _quantize_out_in(w: Float[np.ndarray, "out K"], group: int) -> Int8Weight:
-    if group % 8:
-        raise ValueError(f"group must be a multiple of 8, got {group}")
+    if group < 1:
+        raise ValueError(f"group must be a positive number of columns, got {group}")
     out, K = w.shape
     padded = np.zeros((out, -(-K // group) * group), np.float32)
     padded[:, :K] = w
     grouped = padded.reshape(out, -1, group)
     scale = np.maximum(np.abs(grouped).max(axis=2), np.finfo(np.float32).tiny) / 127.0
     q = np.clip(np.round(grouped / scale[..., None]), -127, 127).astype(np.int8)
-    return Int8Weight(jnp.asarray(pack(q.reshape(out, -1))), jnp.asarray(scale, jnp.float32))
+    return Int8Weight(jnp.asarray(pack(q.reshape(out, -1))), jnp.asarray(scale.T, jnp.float32))
 
 
 def quantize(w: Float[np.ndarray, "in out"], group: int = GROUP) -> Int8Weight:
@@ -79,14 +81,14 @@ def quantize_rows(table: Float[np.ndarray, "V D"], group: int = GROUP) -> Int8We
 
 
 def dequantize(w: Int8Weight, K: int) -> Float[Array, "out K"]:
-    out, n_scales = w.scale.shape
-    padded_k = w.q.shape[-3] * 8
+    n_scales, out = w.scale.shape
+    padded_k = w.q.shape[-2]
     q = unpack(w.q, out, padded_k).astype(jnp.float32)
-    return (q * jnp.repeat(w.scale, padded_k // n_scales, axis=1))[:, :K]
+    return (q * jnp.repeat(w.scale.T, padded_k // n_scales, axis=1))[:, :K]
 
 
 def _kernel(x, w: Int8Weight):
-    out = jax.ShapeDtypeStruct((*x.shape[:-1], w.scale.shape[0]), jnp.float32)
+    out = jax.ShapeDtypeStruct((*x.shape[:-1], w.scale.shape[-1]), jnp.float32)
     return jax.ffi.ffi_call(kernels.TARGET, out, vmap_method="expand_dims")(x, w.q, w.scale)
 
 
@@ -108,7 +110,6 @@ def rows(table, ids: Int[Array, "..."], width: int) -> Float[Array, "... D"]:
     """Rows of an embedding table, float32 or ``quantize_rows``-quantized."""
     if not isinstance(table, Int8Weight):
         return table[ids]
-    groups = table.q[ids // 4, :, ids % 4]  # [..., K/8, 8]: the row's interleaved groups
-    q = groups.reshape(*ids.shape, -1).astype(jnp.float32)
-    scale = jnp.repeat(table.scale[ids], q.shape[-1] // table.scale.shape[-1], axis=-1)
-    return (q * scale)[..., :width]
+    q = table.q[ids // BLOCK, :, ids % BLOCK].astype(jnp.float32)  # [..., Kp]
+    scale = jnp.moveaxis(table.scale[:, ids], 0, -1)  # [..., groups]
+    return (q * jnp.repeat(scale, q.shape[-1] // scale.shape[-1], axis=-1))[..., :width]
