@@ -19,6 +19,8 @@ scoring at (K, L) = (1, 8), (4, 2), (3, 8), (4, 8) (random drafts, so all 1 + KÂ
 distinct and the trie cannot shrink the tree), and prefill of 128 tokens. Each row prints
 measured ms, roofline ms and ``roofline / measured`` (1.0 = at the limit). Every pass is run
 under each compile setting in ``SETTINGS`` side by side, and the table marks the faster one.
+float32 models run once per ``--layouts``: the layer matmuls through the packed CPU kernel
+(``load_model``'s default on CPU) and through XLA's dot (rows marked "XLA dot").
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def read_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) 
 
 
 def float32_matmul(x, w):
-    return x @ w
+    return linear(x, w)  # XLA's dot for an [in, out] array, the kernel for a packed one
 
 
 def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, layers=None,
@@ -91,7 +93,7 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, 
     """Median ms of ONLY a pass's weight matmuls: the same arrays, ``tokens`` rows, the seven
     dots of every layer and the head, nothing else (best over ``SETTINGS``).
 
-    No decoder built from XLA dots can beat this on this machine, so measured / this separates
+    No decoder built from these dots can beat this on this machine, so measured / this separates
     the decoder's own overhead (attention, norms, cache writes) from the dot library's speed.
     ``matmul(x, w)`` with ``layers`` / ``head`` in its own weight format times another kind of
     dot on the same chain (``quantized_dots``: W8A8); by default the decoder's float32 weights,
@@ -244,6 +246,10 @@ def main():
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--weights", nargs="+", default=["float32"], choices=list(WEIGHT_FORMATS),
                         help="int8 rows are judged against their own bytes (1 per parameter)")
+    parser.add_argument("--layouts", nargs="+", default=["packed", "xla"],
+                        choices=["packed", "xla"],
+                        help="float32 layer matmuls through the packed CPU kernel (load_model's "
+                             "default here) and/or XLA's dot, as separate rows")
     parser.add_argument("--out", default="paper_repro/results/decode_speed_cpu.md")
     parser.add_argument("--rejudge", metavar="JSON",
                         help="re-measure the machine limits only and re-render the timings of an "
@@ -263,9 +269,12 @@ def main():
         max_len, reps = old["max_len"], old["reps"]
     else:
         settings, max_len, reps, timings = args.settings, args.max_len, args.reps, []
-        for name, weights in ((n, w) for n in args.models for w in args.weights):
-            model = load_model(name, weights=weights)
-            label = name if weights == "float32" else f"{name} ({weights})"
+        runs = [(n, w, lay) for n in args.models for w in args.weights
+                for lay in (args.layouts if w == "float32" else ["packed"])]
+        for name, weights, layout in runs:
+            model = load_model(name, weights=weights, packed=layout == "packed")
+            label = (f"{name} ({weights})" if weights != "float32" else
+                     f"{name} (XLA dot)" if layout == "xla" else name)
             measured = {}
             for s in settings:
                 print(f"{label}: compiling and timing the passes with settings={s} ...", flush=True)
@@ -298,7 +307,7 @@ def main():
             f"measurements before and after the passes. KV cache {max_len} committed slots, "
             f"128-token prompt; median of {reps} calls. \"matmuls alone\": the same weights "
             f"and row count through nothing but each layer's seven dots and the head "
-            f"(`matmuls_alone_ms`), the fastest any decoder built on XLA's dots can run here; "
+            f"(`matmuls_alone_ms`), the fastest any decoder built on those dots can run here; "
             f"matmuls / best near 1 means the rest of the pass costs little.")
     rows, records = render(timings, settings, bw, flops)
     cols = ["model", "pass", "tokens", *[f"ms ({s})" for s in settings],

@@ -1,11 +1,13 @@
 """CPU kernels XLA does not provide, built with the system C++ compiler on first use.
 
-Why a compiled kernel at all: XLA:CPU has no fused "int8 weights x float32 rows" dot; every
+Why compiled kernels at all: XLA:CPU has no fused "int8 weights x float32 rows" dot; every
 form written in ``jnp`` either writes a float32 copy of the weights first (~9x slower than
 float32, ``../shared/PERF_NOTES.md``) or quantizes the activations too (W8A8, which moved
-greedy decoding off float32 on 2.3 % of positions). The kernel is registered through JAX's
-FFI (``jax.ffi``), so it runs inside the jitted decode loop like any other op; other
-platforms never see it (``models.quant.linear`` falls back to ``jnp`` there).
+greedy decoding off float32 on 2.3 % of positions). And its float32 dot is slow for the few
+rows of a decode or tree pass (13-24 GB/s of weights). ``packed_dot.cc`` multiplies weights
+packed by blocks of outputs (int8 or float32) with a tile of rows. The kernels are registered
+through JAX's FFI (``jax.ffi``), so they run inside the jitted decode loop like any other op;
+other platforms never see them (``models.quant.linear`` falls back to ``jnp`` there).
 
 The shared library is cached under ``~/.cache/specjax/kernels`` keyed by the source, the
 compiler flags, the jaxlib version and the CPU, so a changed machine or kernel rebuilds.
@@ -27,8 +29,9 @@ import jax
 
 from specjax.assets import cache_root
 
-SOURCE = Path(__file__).with_name("q8dot.cc")
-TARGET = "specjax_q8dot"
+SOURCE = Path(__file__).with_name("packed_dot.cc")
+#: FFI targets: int8 weights with scales, and float32 weights (both packed, ``quant.pack``).
+Q8_TARGET, F32_TARGET = "specjax_q8dot", "specjax_f32dot"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 _lock = threading.Lock()
@@ -60,7 +63,7 @@ def build(march: str = "native") -> Path:
     flags = (*FLAGS, f"-march={march}")
     key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(flags), compiler,
                                     jax.__version__, _cpu_id()]).encode()).hexdigest()[:16]
-    out = cache_dir() / f"q8dot-{key}.so"
+    out = cache_dir() / f"packed_dot-{key}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -74,8 +77,8 @@ def build(march: str = "native") -> Path:
     return out
 
 
-def q8dot_available() -> bool:
-    """Whether the int8 kernel is registered for CPU; builds it on the first call. A failed
+def available() -> bool:
+    """Whether the kernels are registered for CPU; builds them on the first call. A failed
     build warns once and returns False (``quant.linear`` then takes its ``jnp`` path)."""
     with _lock:
         if "ok" not in _state:
@@ -84,11 +87,12 @@ def q8dot_available() -> bool:
                 return False
             try:
                 lib = ctypes.cdll.LoadLibrary(str(build()))
-                jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.specjax_q8dot),
-                                            platform="cpu")
+                for target in (Q8_TARGET, F32_TARGET):
+                    jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, target)),
+                                                platform="cpu")
                 _state["lib"], _state["ok"] = lib, True
             except (RuntimeError, OSError) as err:
-                warnings.warn(f"specjax int8 CPU kernel unavailable, using the slow jnp path: "
-                              f"{err}", stacklevel=2)
+                warnings.warn(f"specjax CPU kernels unavailable, using XLA's dot (int8: the "
+                              f"slow jnp path): {err}", stacklevel=2)
                 _state["ok"] = False
         return bool(_state["ok"])

@@ -32,6 +32,7 @@ import numpy as np
 from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
+from specjax import kernels
 from specjax.models.config import IMPLEMENTED_ARCHS, ModelConfig
 from specjax.models.layers import (
     LAYER_WEIGHTS,
@@ -42,7 +43,16 @@ from specjax.models.layers import (
     rms_norm,
     weight_shapes,
 )
-from specjax.models.quant import WEIGHT_FORMATS, Int8Weight, linear, quantize, quantize_rows, rows
+from specjax.models.quant import (
+    WEIGHT_FORMATS,
+    F32Weight,
+    Int8Weight,
+    linear,
+    pack_float32,
+    quantize,
+    quantize_rows,
+    rows,
+)
 
 
 def _rows_times_embed(x: Float[Array, "R D"], embed: Float[Array, "V D"]) -> Float[Array, "R V"]:
@@ -91,32 +101,44 @@ class DecoderLayer(nnx.Module):
     """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None).
 
     An ``Int8Weight`` is held as two arrays, ``<name>`` (packed int8, ``quant.pack``) and
-    ``<name>_scale``; ``weights()`` hands it back as one ``Int8Weight`` for ``quant.linear``.
+    ``<name>_scale``, an ``F32Weight`` as ``<name>`` (packed float32) and ``<name>_out`` (its
+    output count); ``weights()`` hands them back whole for ``quant.linear``.
     """
 
     def __init__(self, weights: dict):
         for name in LAYER_WEIGHTS:
-            value, scale = weights.get(name), None
-            if isinstance(value, Int8Weight):
+            value, scale, out = weights.get(name), None, None
+            if isinstance(value, F32Weight):
+                value, out = nnx.Param(value.w), value.out
+            elif isinstance(value, Int8Weight):
                 value, scale = nnx.Param(value.q), nnx.Param(value.scale)
-                if name in TENSOR_PARALLEL:  # packed [out/32, in, 32]; scales [in/group, out]
-                    spec = TENSOR_PARALLEL[name]
-                    value.set_metadata(out_sharding=(spec[1], spec[0], None))
-                    scale.set_metadata(out_sharding=spec)
+                if name in TENSOR_PARALLEL:
+                    scale.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # [in/group, out]
+            if (scale is not None or out is not None) and name in TENSOR_PARALLEL:
+                spec = TENSOR_PARALLEL[name]  # packed [out/32, in, 32]: flip the split
+                value.set_metadata(out_sharding=(spec[1], spec[0], None))
             elif value is not None and not isinstance(value, nnx.Param):
                 value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
-            if value is not None and scale is None and name in TENSOR_PARALLEL:
+            if value is not None and scale is None and out is None and name in TENSOR_PARALLEL:
                 value.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # nnx.get_partition_spec
             setattr(self, name, value)
             if name in QUANTIZED:
                 setattr(self, f"{name}_scale", scale)
+                setattr(self, f"{name}_out", out)
 
     def weights(self) -> dict:
         out = {}
         for n in LAYER_WEIGHTS:
-            value, scale = getattr(self, n), getattr(self, f"{n}_scale", None)
-            if value is not None:
-                out[n] = value[...] if scale is None else Int8Weight(value[...], scale[...])
+            value = getattr(self, n)
+            scale, n_out = getattr(self, f"{n}_scale", None), getattr(self, f"{n}_out", None)
+            if value is None:
+                continue
+            if scale is not None:
+                out[n] = Int8Weight(value[...], scale[...])
+            elif n_out is not None:
+                out[n] = F32Weight(value[...], n_out)
+            else:
+                out[n] = value[...]
         return out
 
 
@@ -124,11 +146,19 @@ class Decoder(nnx.Module):
     """One sequence, no batch axis (the engine vmaps). Implements ``base.CausalLM``."""
 
     def __init__(self, config: ModelConfig, weights: dict | Decoder, *,
-                 active_layers: int | None = None, weight_format: str = "float32"):
+                 active_layers: int | None = None, weight_format: str = "float32",
+                 packed: bool | None = False):
         """``weights``: the canonical stacked dict (``layers.weight_shapes``; entries are popped
         as they are converted), or a ``Decoder`` whose weights this one shares (early exit).
         ``weight_format="int8"`` quantizes every matmul weight and the head (``quant``); the
-        norms, biases and an untied input embedding stay float32."""
+        norms, biases and an untied input embedding stay float32. ``packed``: float32 layer
+        matmuls stored for the CPU kernel (``quant.F32Weight``) rather than as XLA's ``[in,
+        out]`` arrays, and the head kept a second time, packed (``packed_head``; the original
+        stays for lookups, EAGLE / Medusa and training, which need its gradient: +V x D x 4
+        bytes of memory, no more bytes read per pass). ``None`` packs when JAX's default
+        backend is the CPU and the kernel builds (``load_model`` does; the same logits up to
+        float32 rounding). Off by default because the kernel has no gradient: decoders that
+        are trained keep XLA's layout."""
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"weights must be one of {list(WEIGHT_FORMATS)}, "
                              f"got {weight_format!r}")
@@ -150,10 +180,14 @@ class Decoder(nnx.Module):
             self.embed, self.final_norm = weights.embed, weights.final_norm
             self.lm_head, self.layers = weights.lm_head, weights.layers
             self.embed_scale, self.lm_head_scale = weights.embed_scale, weights.lm_head_scale
-            self.weight_format = weights.weight_format
+            self.weight_format, self.packed = weights.weight_format, weights.packed
+            self.packed_head = weights.packed_head
             return
         self.weight_format = weight_format
         int8 = weight_format == "int8"
+        if packed is None:
+            packed = not int8 and jax.default_backend() == "cpu" and kernels.available()
+        self.packed = bool(packed) and not int8
         expected = weight_shapes(config)
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
@@ -170,33 +204,41 @@ class Decoder(nnx.Module):
             value = weights.pop(name)
             if name in LAYER_WEIGHTS:
                 for i, layer in enumerate(per_layer):
-                    layer[name] = (quantize(value[i]) if int8 and name in QUANTIZED
-                                   else jnp.asarray(value[i], dtype=jnp.float32))
+                    if name not in QUANTIZED:
+                        layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
+                    else:
+                        layer[name] = (quantize(value[i]) if int8 else pack_float32(value[i])
+                                       if self.packed else jnp.asarray(value[i], jnp.float32))
             elif int8 and (name == "lm_head" or (name == "embed" and config.tie_embeddings)):
                 q = quantize(value) if name == "lm_head" else quantize_rows(value)
                 setattr(self, name, nnx.Param(q.q))
                 setattr(self, f"{name}_scale", nnx.Param(q.scale))
             elif not isinstance(value, nnx.Param):
+                if self.packed and (name == "lm_head" or (name == "embed"
+                                                          and config.tie_embeddings)):
+                    head = np.asarray(value, np.float32)  # [D, V], or the tied [V, D]
+                    self.packed_head = nnx.Param(
+                        pack_float32(head.T if name == "embed" else head).w)
                 setattr(self, name, nnx.Param(jnp.asarray(value, dtype=jnp.float32)))
             else:
                 setattr(self, name, value)
             del value
         self.layers = nnx.List([DecoderLayer(w) for w in per_layer])
-        for name in ("embed_scale", "lm_head_scale"):  # float32 tables have no scale
+        for name in ("embed_scale", "lm_head_scale", "packed_head"):  # absent in this format
             if not hasattr(self, name):
                 setattr(self, name, None)
         if config.tie_embeddings:
             self.lm_head = None
 
     @classmethod
-    def from_weights(cls, config: ModelConfig, weights: dict, weight_format: str = "float32"
-                     ) -> Decoder:
+    def from_weights(cls, config: ModelConfig, weights: dict, weight_format: str = "float32",
+                     packed: bool | None = False) -> Decoder:
         """Takes ownership of ``weights`` (the canonical float32 dict): entries are popped."""
-        return cls(config, weights, weight_format=weight_format)
+        return cls(config, weights, weight_format=weight_format, packed=packed)
 
     @classmethod
-    def random(cls, config: ModelConfig, seed: int = 0, weight_format: str = "float32"
-               ) -> Decoder:
+    def random(cls, config: ModelConfig, seed: int = 0, weight_format: str = "float32",
+               packed: bool | None = False) -> Decoder:
         """Random weights scaled so that every layer visibly changes the logits (for tests)."""
         rng = np.random.default_rng(seed)
         weights = {}
@@ -210,7 +252,7 @@ class Decoder(nnx.Module):
             else:
                 weights[name] = rng.standard_normal(shape) / np.sqrt(shape[-2])
         return cls(config, {k: v.astype(np.float32) for k, v in weights.items()},
-                   weight_format=weight_format)
+                   weight_format=weight_format, packed=packed)
 
     def early_exit(self, n: int) -> Decoder:
         """The first ``n`` layers + final norm + head, sharing these weights (self-speculation)."""
@@ -233,6 +275,10 @@ class Decoder(nnx.Module):
                 raise ValueError("training reads a float32 target's head; this target was "
                                  f"loaded with weights={self.weight_format!r}")
             out = linear(h.reshape(-1, h.shape[-1]), self.int8_head())
+            return out.reshape(*h.shape[:-1], out.shape[-1])
+        packed_head = getattr(self, "packed_head", None)  # TargetReadout has none
+        if packed_head is not None and not differentiable:
+            out = linear(h.reshape(-1, h.shape[-1]), F32Weight(packed_head[...], self.vocab_size))
             return out.reshape(*h.shape[:-1], out.shape[-1])
         if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
             if differentiable:

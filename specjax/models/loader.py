@@ -82,11 +82,14 @@ class LoadedModel:
         return np.asarray(self.passes.logits(padded)[:T], np.float32)
 
 
-def load_model(name: str, cache_dir=None, weights: str = "float32") -> LoadedModel:
+def load_model(name: str, cache_dir=None, weights: str = "float32",
+               packed: bool | None = None) -> LoadedModel:
     """One of ``MODEL_NAMES`` (downloaded once, then cached) or any ``toy*`` name.
 
     ``weights="int8"`` quantizes a GGUF model's matmul weights at load (``models.quant``):
-    faster decode on CPU, a slightly different target law.
+    faster decode on CPU, a slightly different target law. ``packed`` (float32 GGUF models):
+    the layer matmuls in the CPU kernel's layout; ``None`` = on the CPU backend
+    (``Decoder``), ``False`` keeps XLA's dot (benchmarks compare the two).
     """
     if not isinstance(name, str):
         raise ValueError(f"load_model: name must be a str, got {type(name).__name__}")
@@ -118,5 +121,6 @@ def load_model(name: str, cache_dir=None, weights: str = "float32") -> LoadedMod
     config = ModelConfig(**hparams)
     tokenizer = GGUFTokenizer.from_gguf(reader)
     del reader
-    model = Decoder.from_weights(config, tensors, weight_format=weights)  # empties ``tensors``
+    model = Decoder.from_weights(config, tensors, weight_format=weights,  # empties ``tensors``
+                                 packed=packed)
     return LoadedModel(name, config, model, tokenizer)

@@ -29,13 +29,18 @@ CONFIGS = {
 
 
 @pytest.fixture(scope="module", params=["llama_tied_gqa", "qwen2_bias_head_gqa",
-                                        "llama_tied_gqa/int8", "qwen2_bias_head_gqa/int8"])
+                                        "qwen2_bias_head_gqa/xla", "llama_tied_gqa/int8",
+                                        "qwen2_bias_head_gqa/int8"])
 def jp(request):
-    """Each equivalence test runs on float32 weights and on int8 weights: the cached paths must
-    reproduce the uncached forward of the same quantized model (the kernel sums each output
-    in a fixed order, so a row's result does not depend on which rows share its pass)."""
+    """Each equivalence test runs on float32 weights (packed for the CPU kernel, and in XLA's
+    layout as on other backends) and on int8 weights: the cached paths must reproduce the
+    uncached forward of the same model (the kernel sums each output in a fixed order, so a
+    row's result does not depend on which rows share its pass)."""
     name, _, fmt = request.param.partition("/")
-    return JittedPasses(Decoder.random(CONFIGS[name], seed=7, weight_format=fmt or "float32"))
+    model = Decoder.random(CONFIGS[name], seed=7, weight_format="int8" if fmt == "int8"
+                           else "float32", packed=fmt == "")
+    assert model.packed == (fmt == ""), "the float32 fixtures must run the packed kernel here"
+    return JittedPasses(model)
 
 
 def tokens(V, n, seed):
@@ -51,6 +56,17 @@ def full_logits(jp, seq):
 
 def maxerr(a, b):
     return float(jnp.max(jnp.abs(jnp.asarray(a) - jnp.asarray(b))))
+
+
+@pytest.mark.parametrize("name", ["llama_tied_gqa", "qwen2_bias_head_gqa"])
+def test_packed_float32_gives_the_logits_of_xla_layout(name):
+    """The same weights packed for the CPU kernel (layers and head) and in XLA's layout: the
+    same logits up to float32 rounding."""
+    packed = JittedPasses(Decoder.random(CONFIGS[name], seed=7, packed=True))
+    plain = JittedPasses(Decoder.random(CONFIGS[name], seed=7))
+    assert packed.model.packed_head is not None and plain.model.packed_head is None
+    seq = tokens(CONFIGS[name].vocab_size, PAD, 3)
+    assert maxerr(packed.logits(seq), plain.logits(seq)) <= TOL
 
 
 def test_prefill_then_decode_equals_full_forward(jp):
@@ -248,7 +264,9 @@ def test_bad_weights_and_unimplemented_arch_are_clear_errors():
 @pytest.mark.parametrize("preset", ["llama", "qwen2"])
 def test_streamed_params_counts_every_array_a_token_multiplies(preset, tied):
     """The roofline's weight count, checked against the arrays a Decoder actually holds: all of
-    them, except an untied embedding table (a token only indexes one row of it)."""
+    them, except an untied embedding table (a token only indexes one row of it). In XLA's
+    layout: packed float32 pads a tiny model's outputs to blocks of 32 (the real models' dims
+    are multiples of 32, so their packed arrays hold exactly these counts)."""
     model = Decoder.random(tiny_config(preset, tie_embeddings=tied))
     sizes = {"/".join(map(str, path)): leaf.size
              for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param))}

@@ -11,7 +11,15 @@ import pytest
 from specjax import kernels
 from specjax.models import quant
 from specjax.models.loader import load_model
-from specjax.models.quant import Int8Weight, linear, pack, quantize, quantize_rows, rows
+from specjax.models.quant import (
+    Int8Weight,
+    linear,
+    pack,
+    pack_float32,
+    quantize,
+    quantize_rows,
+    rows,
+)
 
 # (in, out): aligned, odd in both, narrower than one block, a head-like wide one, and one
 # with several scale groups and a masked tail
@@ -36,7 +44,7 @@ def reference(x: np.ndarray, w: Int8Weight, K: int) -> np.ndarray:
 def test_the_kernel_builds_here():
     """CI runs on x86-64 with g++: a silent fall-back to the slow path would hide a broken
     build, so here the kernel must be there."""
-    assert kernels.q8dot_available()
+    assert kernels.available()
 
 
 @pytest.mark.parametrize("group", [5, 16, 64])
@@ -83,45 +91,84 @@ def test_linear_equals_the_float64_reference(K, n_out, n_rows, group):
     assert np.all(np.abs(got - x.astype(np.float64) @ w) <= bound * (1 + 1e-4) + 1e-5)
 
 
-def test_a_row_does_not_depend_on_the_rows_beside_it():
+@pytest.mark.parametrize("K,n_out", SHAPES)
+@pytest.mark.parametrize("n_rows", [1, 2, 13, 26])
+def test_packed_float32_equals_the_float64_product(K, n_out, n_rows):
+    """The float32 kernel (tiles of up to 12 rows: 13 and 26 leave a remainder) against
+    x @ w in float64: float32 rounding of one K-long chain of multiply-adds per output."""
+    rng = np.random.default_rng(K * n_out + n_rows + 1)
+    x = rng.standard_normal((n_rows, K)).astype(np.float32)
+    w = rng.standard_normal((K, n_out)).astype(np.float32)
+    pw = pack_float32(w)
+    assert pw.out == n_out and pw.w.shape == (-(-n_out // 32), K, 32)
+    np.testing.assert_array_equal(numpy_unpack(np.asarray(pw.w), n_out, K), w.T)
+    ref = x.astype(np.float64) @ w
+    bound = 2 * K * np.finfo(np.float32).eps * (np.abs(x).astype(np.float64) @ np.abs(w))
+    for f in (linear, jax.jit(linear), quant._reference):  # eager, jitted, the jnp fall-back
+        got = np.asarray(f(jnp.asarray(x), pw))
+        assert got.shape == (n_rows, n_out)
+        assert np.all(np.abs(got - ref) <= bound + 1e-30)
+
+
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
     """Each output is one thread's fixed-order sum, so a row alone equals the same row in a
     tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it)."""
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((5, 200)).astype(np.float32))
-    w = quantize((rng.standard_normal((200, 300)) * 0.1).astype(np.float32))
+    x = jnp.asarray(rng.standard_normal((15, 200)).astype(np.float32))
+    w = (rng.standard_normal((200, 300)) * 0.1).astype(np.float32)
+    w = quantize(w) if kind == "int8" else pack_float32(w)
     together = np.asarray(linear(x, w))
-    for i in range(5):
+    for i in range(15):
         np.testing.assert_array_equal(np.asarray(linear(x[i:i + 1], w))[0], together[i])
 
 
-def test_the_avx2_form_gives_the_same_bits():
-    """Machines without AVX-512 build the kernel's AVX2 form (8 lanes, one row per tile). It
-    is built here for Haswell and called directly: each output is the same chain of fused
-    multiply-adds in both forms, so the results must be equal bit for bit."""
-    target = "specjax_q8dot_haswell"
+@pytest.fixture(scope="module")
+def haswell():
+    """The kernels built for Haswell (AVX2, no AVX-512) and registered under their own names."""
     lib = ctypes.cdll.LoadLibrary(str(kernels.build(march="haswell")))
-    try:
-        jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(lib.specjax_q8dot), platform="cpu")
-    except Exception:  # noqa: BLE001 - already registered by an earlier run in this process
-        pass
+    names = {}
+    for target in (kernels.Q8_TARGET, kernels.F32_TARGET):
+        names[target] = f"{target}_haswell"
+        try:
+            jax.ffi.register_ffi_target(names[target], jax.ffi.pycapsule(getattr(lib, target)),
+                                        platform="cpu")
+        except Exception:  # noqa: BLE001 - already registered by an earlier run in this process
+            pass
+    return names
+
+
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_the_avx2_form_gives_the_same_bits(haswell, kind):
+    """Machines without AVX-512 build the kernels' AVX2 form (8 lanes; tiles of 1 int8 row or
+    2 float32 rows). Built here for Haswell and called directly: each output is the same
+    chain of fused multiply-adds in both forms, so the results must be equal bit for bit."""
     rng = np.random.default_rng(6)
     for K, n_out, n_rows in [(203, 24, 9), (64, 1000, 1), (37, 13, 3)]:
         x = jnp.asarray(rng.standard_normal((9, K)).astype(np.float32))[:n_rows]
-        w = quantize((rng.standard_normal((K, n_out)) * 0.1).astype(np.float32))
+        w = (rng.standard_normal((K, n_out)) * 0.1).astype(np.float32)
         out = jax.ShapeDtypeStruct((x.shape[0], n_out), jnp.float32)
-        avx2 = np.asarray(jax.ffi.ffi_call(target, out)(x, w.q, w.scale))
-        np.testing.assert_array_equal(avx2, np.asarray(linear(x, w)))
-        np.testing.assert_allclose(avx2, reference(np.asarray(x), w, K), rtol=1e-5, atol=1e-5)
+        if kind == "int8":
+            w = quantize(w)
+            avx2 = jax.ffi.ffi_call(haswell[kernels.Q8_TARGET], out)(x, w.q, w.scale)
+        else:
+            w = pack_float32(w)
+            avx2 = jax.ffi.ffi_call(haswell[kernels.F32_TARGET], out)(x, w.w)
+        np.testing.assert_array_equal(np.asarray(avx2), np.asarray(linear(x, w)))
+        np.testing.assert_allclose(np.asarray(avx2), np.asarray(quant._reference(x, w)),
+                                   rtol=1e-5, atol=1e-5)
 
 
-def test_vmap_over_a_batch_reads_the_weights_unbatched():
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_vmap_over_a_batch_reads_the_weights_unbatched(kind):
     rng = np.random.default_rng(2)
     xb = rng.standard_normal((4, 3, 64)).astype(np.float32)
-    w = quantize((rng.standard_normal((64, 48)) * 0.1).astype(np.float32))
+    w = (rng.standard_normal((64, 48)) * 0.1).astype(np.float32)
+    w = quantize(w) if kind == "int8" else pack_float32(w)
     got = np.asarray(jax.jit(jax.vmap(linear, in_axes=(0, None)))(jnp.asarray(xb), w))
     for b in range(4):
         np.testing.assert_array_equal(got[b], np.asarray(linear(jnp.asarray(xb[b]), w)))
-    np.testing.assert_allclose(got, reference(xb.reshape(12, 64), w, 64).reshape(4, 3, 48),
+    np.testing.assert_allclose(got, np.asarray(quant._reference(jnp.asarray(xb), w)),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -150,8 +197,8 @@ def test_a_failed_build_warns_and_falls_back(monkeypatch, tmp_path):
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
-    with pytest.warns(UserWarning, match="int8 CPU kernel unavailable"):
-        assert not kernels.q8dot_available()
+    with pytest.warns(UserWarning, match="CPU kernels unavailable"):
+        assert not kernels.available()
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 16)).astype(np.float32)
     w = quantize((rng.standard_normal((16, 8)) * 0.1).astype(np.float32))

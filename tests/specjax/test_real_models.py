@@ -79,6 +79,8 @@ def test_smollm2_config(smol):
     )
     assert c.tie_embeddings and not c.qkv_bias and smol.vocab_size == 49152
     assert 130e6 < c.num_params < 140e6  # "135M"
+    # on CPU the goldens below run through the packed float32 kernel (load_model's default)
+    assert smol.model.packed and smol.model.packed_head is not None
 
 
 def test_smollm2_prompt_top5_matches_golden(smol):

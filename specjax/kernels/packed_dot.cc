@@ -1,0 +1,261 @@
+// y[r, o] = sum_k x[r, k] * w[o, k] for float32 rows and weights packed by blocks of 32
+// outputs, in two forms: float32 weights (specjax_f32dot), and int8 weights with one float32
+// scale per output and group of columns (specjax_q8dot: y[r, o] = sum_g scale[g, o] *
+// sum_{k in group g} x[r, k] * q[o, k]). For decode, tree scoring and prefill on CPU.
+//
+// Why not XLA's dot: for the few rows of a decode or tree pass XLA:CPU's dot streams the
+// weights at 13-24 GB/s (one row at best), and it will not fuse a dequantize into the dot
+// (it would write a float32 copy of every int8 weight, 4x the bytes). Here the int8 weights
+// are converted to float32 in registers, and each weight vector, loaded once, is multiplied
+// with a whole tile of rows.
+//
+// Weight layout (specjax.models.quant.pack): [O/32, Kp, 32], i.e. for each block of 32
+// outputs, column k's 32 weights are adjacent, so a block is one sequential stream (weights
+// stored [K, O] give a strided stream that ran 2-3x slower here). O is padded with zeros to a
+// multiple of 32. int8: scales are [G, O] float32 and Kp = G x group (which is how the kernel
+// knows the group); float32: Kp = K. x keeps its true K and columns past it are never read.
+//
+// A tile is R rows x 32 outputs (R <= kMaxRows). Lanes are outputs: each (row, output) is one
+// fixed-order chain of fused multiply-adds over the columns (int8: over its group's columns,
+// scaled into the total as the group ends), so a row's result does not depend on R, on the
+// rows beside it, or on the thread split (cached and uncached passes agree exactly). With
+// AVX-512 (32 vector registers) the int8 tile keeps 2R partial sums, 2R totals and the
+// weights in registers at R = 6, the float32 tile 2R sums at R = 12.
+// Work is split over XLA's intra-op thread pool in chunks of output blocks.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <type_traits>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kBlock = 32;  // outputs per block
+
+#ifdef __AVX512F__
+using V = __m512;
+constexpr int kLanes = 16;
+template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 12 : 6;
+V Zero() { return _mm512_setzero_ps(); }
+V Splat(float v) { return _mm512_set1_ps(v); }
+V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+V LoadScales(const float* p, int64_t n) {  // the first n lanes, zeros past them
+  return _mm512_maskz_loadu_ps(n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), p);
+}
+V Load(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+V Load(const float* p) { return _mm512_loadu_ps(p); }
+void Store(float* p, V v, int64_t n) {  // the first n <= kLanes lanes
+  _mm512_mask_storeu_ps(p, n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), v);
+}
+#else  // AVX2: 16 vector registers (int8: one row's 4 + 4 sums; float32: two rows' 4 sums)
+using V = __m256;
+constexpr int kLanes = 8;
+template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 2 : 1;
+V Zero() { return _mm256_setzero_ps(); }
+V Splat(float v) { return _mm256_set1_ps(v); }
+V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+V LoadScales(const float* p, int64_t n) {
+  alignas(32) float tmp[kLanes] = {};
+  std::copy(p, p + std::min<int64_t>(n, kLanes), tmp);
+  return _mm256_load_ps(tmp);
+}
+V Load(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+V Load(const float* p) { return _mm256_loadu_ps(p); }
+void Store(float* p, V v, int64_t n) {
+  alignas(32) float tmp[kLanes];
+  _mm256_store_ps(tmp, v);
+  std::copy(tmp, tmp + std::min<int64_t>(n, kLanes), p);
+}
+#endif
+constexpr int kVecs = kBlock / kLanes;  // vectors per block
+
+template <class T>
+struct Problem {
+  const float* x;       // [rows, k]
+  const T* q;           // [blocks, kp, 32]
+  const float* scale;   // int8: [groups, outputs]
+  float* y;             // [rows, outputs]
+  int64_t rows, k, kp, outputs, group;
+};
+
+template <class T>
+void Prefetch(const T* q) {  // ~32 columns ahead: every cache line of the block's column
+  const char* c = reinterpret_cast<const char*>(q + 32 * kBlock);
+  for (size_t i = 0; i < kBlock * sizeof(T); i += 64) _mm_prefetch(c + i, _MM_HINT_T0);
+}
+
+// sum[r][v] += x[r, k] * w[k, v] for k in [k0, k1), rows r0.. of x, q at column k0.
+template <int R, class T>
+void Columns(const Problem<T>& p, const float* x, const T* q, int64_t k0, int64_t k1,
+             V (&sum)[R][kVecs]) {
+  for (int64_t k = k0; k < k1; ++k, q += kBlock) {
+    Prefetch(q);
+    V w[kVecs];
+    for (int v = 0; v < kVecs; ++v) w[v] = Load(q + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      V xv = Splat(x[r * p.k + k]);
+      for (int v = 0; v < kVecs; ++v) sum[r][v] = Fma(xv, w[v], sum[r][v]);
+    }
+  }
+}
+
+// Rows [r0, r0 + R) against the 32 outputs of block b.
+template <int R, class T>
+void Tile(const Problem<T>& p, int64_t r0, int64_t b) {
+  V acc[R][kVecs];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = Zero();
+  const T* q = p.q + b * p.kp * kBlock;
+  const int64_t n = std::min(kBlock, p.outputs - b * kBlock);  // outputs of this block
+  const float* x = p.x + r0 * p.k;
+  if constexpr (std::is_same_v<T, float>) {
+    Columns<R>(p, x, q, 0, p.k, acc);
+  } else {
+    const float* scale = p.scale + b * kBlock;
+    for (int64_t k0 = 0; k0 < p.k; k0 += p.group, scale += p.outputs) {
+      V part[R][kVecs];
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < kVecs; ++v) part[r][v] = Zero();
+      Columns<R>(p, x, q + k0 * kBlock, k0, std::min(p.k, k0 + p.group), part);
+      for (int v = 0; v < kVecs && v * kLanes < n; ++v) {
+        V s = LoadScales(scale + v * kLanes, n - v * kLanes);
+        for (int r = 0; r < R; ++r) acc[r][v] = Fma(part[r][v], s, acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* y = p.y + (r0 + r) * p.outputs + b * kBlock;
+    for (int v = 0; v < kVecs && v * kLanes < n; ++v) Store(y + v * kLanes, acc[r][v], n - v * kLanes);
+  }
+}
+
+template <int R, class T>
+void Rest(const Problem<T>& p, int64_t r0, int64_t b, int64_t left) {
+  if constexpr (R > 0) {
+    if (left == R) return Tile<R>(p, r0, b);
+    Rest<R - 1>(p, r0, b, left);
+  }
+}
+
+template <class T>
+void Blocks(const Problem<T>& p, int64_t lo, int64_t hi) {
+  constexpr int kRows = kMaxRows<T>;
+  for (int64_t b = lo; b < hi; ++b) {
+    int64_t r = 0;
+    for (; r + kRows <= p.rows; r += kRows) Tile<kRows>(p, r, b);
+    if (r < p.rows) Rest<kRows - 1>(p, r, b, p.rows - r);
+  }
+}
+
+struct Progress {
+  std::atomic<int64_t> next{0}, done{0};
+};
+
+// Runs Blocks over XLA's intra-op pool; p's shapes are checked by the caller.
+template <class T>
+ffi::Error Run(ffi::ThreadPool& pool, const Problem<T>& p) {
+  if (p.rows == 0 || p.outputs == 0) return ffi::Error::Success();
+  if (p.k == 0) {
+    std::fill(p.y, p.y + p.rows * p.outputs, 0.0f);
+    return ffi::Error::Success();
+  }
+  // ~16 chunks per thread keeps the threads' shares even without making chunks tiny.
+  int64_t blocks = (p.outputs + kBlock - 1) / kBlock;
+  int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  int64_t chunk = std::max<int64_t>(1, blocks / (16 * threads));
+  int64_t chunks = (blocks + chunk - 1) / chunk;
+  auto progress = std::make_shared<Progress>();
+  auto work = [p, chunk, chunks, blocks](Progress* s) {
+    for (int64_t c; (c = s->next.fetch_add(1)) < chunks;) {
+      Blocks(p, c * chunk, std::min(blocks, (c + 1) * chunk));
+      s->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  // Helpers that start after the caller has taken every chunk find none and return; the
+  // shared_ptr keeps the counters alive for them.
+  int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks - 1);
+  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([progress, work] { work(progress.get()); });
+  work(progress.get());
+  while (progress->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
+  return ffi::Error::Success();
+}
+
+// Fills p's shapes from x [..., K], q [..., O/32, Kp, 32] and y [..., O]; false if they
+// disagree. vmap's expand_dims gives unbatched weights leading size-1 axes.
+template <class T>
+bool Shapes(ffi::AnyBuffer& x, ffi::AnyBuffer& q, ffi::Result<ffi::AnyBuffer>& y, Problem<T>& p) {
+  auto xd = x.dimensions(), qd = q.dimensions(), yd = y->dimensions();
+  if (xd.size() < 1 || qd.size() < 3 || yd.size() != xd.size() || qd.back() != kBlock) return false;
+  int64_t lead = 1;
+  for (size_t i = 0; i + 3 < qd.size(); ++i) lead *= qd[i];
+  p.k = xd.back();
+  p.kp = qd[qd.size() - 2];
+  p.outputs = yd.back();
+  p.rows = 1;
+  for (size_t i = 0; i + 1 < xd.size(); ++i) p.rows *= xd[i];
+  p.x = static_cast<const float*>(x.untyped_data());
+  p.q = static_cast<const T*>(q.untyped_data());
+  p.y = static_cast<float*>(y->untyped_data());
+  return lead == 1 && p.k <= p.kp && (p.outputs + kBlock - 1) / kBlock == qd[qd.size() - 3];
+}
+
+ffi::Error Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer q, ffi::AnyBuffer scale,
+                 ffi::Result<ffi::AnyBuffer> y) {
+  if (x.element_type() != ffi::F32 || q.element_type() != ffi::S8 ||
+      scale.element_type() != ffi::F32 || y->element_type() != ffi::F32)
+    return ffi::Error::InvalidArgument("q8dot: expects float32 x, int8 q, float32 scale");
+  Problem<int8_t> p;
+  auto sd = scale.dimensions();
+  int64_t lead = 1;
+  for (size_t i = 0; i + 2 < sd.size(); ++i) lead *= sd[i];
+  int64_t groups = sd.size() >= 2 ? sd[sd.size() - 2] : 0;
+  if (!Shapes(x, q, y, p) || lead != 1 || groups < 1 || p.kp % groups != 0 ||
+      sd.back() != p.outputs)
+    return ffi::Error::InvalidArgument("q8dot: x [..., K], q [..., O/32, Kp, 32], scale "
+                                       "[Kp / group, O] and y [..., O] do not agree");
+  p.group = p.kp / groups;
+  p.scale = static_cast<const float*>(scale.untyped_data());
+  return Run(pool, p);
+}
+
+ffi::Error F32Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer w,
+                  ffi::Result<ffi::AnyBuffer> y) {
+  if (x.element_type() != ffi::F32 || w.element_type() != ffi::F32 ||
+      y->element_type() != ffi::F32)
+    return ffi::Error::InvalidArgument("f32dot: expects float32 x and w");
+  Problem<float> p;
+  if (!Shapes(x, w, y, p) || p.kp != p.k)
+    return ffi::Error::InvalidArgument("f32dot: x [..., K], w [..., O/32, K, 32] and y [..., O] "
+                                       "do not agree");
+  p.scale = nullptr;
+  p.group = p.k;
+  return Run(pool, p);
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(specjax_q8dot, Q8Dot,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(specjax_f32dot, F32Dot,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
