@@ -111,12 +111,21 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, 
             def head_matmul(x, e):
                 return jax.lax.dot_general(x, e, (((1,), (1,)), ((), ())))
 
+    q_width = decoder.config.num_heads * decoder.config.head_dim
+
     def chain(x, layers, head):
         for w in layers:
-            q, k, v = matmul(x, w["wq"]), matmul(x, w["wk"]), matmul(x, w["wv"])
-            x = x + matmul(q + 1e-3 * (k.sum() + v.sum()), w["wo"])  # keep k, v alive
-            x = x + matmul(jax.nn.silu(matmul(x, w["w_gate"])) * matmul(x, w["w_up"]),
-                           w["w_down"])
+            if "wqkv" in w:  # fused as the decoder runs them (layers.FUSED)
+                qkv = matmul(x, w["wqkv"])
+                q, kv = qkv[:, :q_width], qkv[:, q_width:]
+            else:
+                q, kv = matmul(x, w["wq"]), matmul(x, w["wk"]) + matmul(x, w["wv"]).sum()
+            x = x + matmul(q + 1e-3 * kv.sum(), w["wo"])  # keep k, v alive
+            if "w_gate_up" in w:
+                gate, up = jnp.split(matmul(x, w["w_gate_up"]), 2, axis=-1)
+            else:
+                gate, up = matmul(x, w["w_gate"]), matmul(x, w["w_up"])
+            x = x + matmul(jax.nn.silu(gate) * up, w["w_down"])
         return head_matmul(x, head)
 
     x = jnp.full((tokens, decoder.config.hidden_size), 0.01, jnp.float32)

@@ -110,7 +110,7 @@ def whole_model(name: str, reps: int = 10) -> None:
     from experiments.benchmarks.decode_speed import matmuls_alone_ms
     from specjax.models.loader import load_model
 
-    decoder = load_model(name).model
+    decoder = load_model(name, packed=False).model  # XLA layout: [in, out] arrays to quantize
     f32_ms = matmuls_alone_ms(decoder, 1, reps)
     names = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
     layers = [{n: _quantize_t(layer.weights()[n]) for n in names} for layer in decoder.layers]

@@ -35,6 +35,7 @@ from jaxtyping import Array, Bool, Float, Int
 from specjax import kernels
 from specjax.models.config import IMPLEMENTED_ARCHS, ModelConfig
 from specjax.models.layers import (
+    FUSED,
     LAYER_WEIGHTS,
     TENSOR_PARALLEL,
     attend,
@@ -106,7 +107,7 @@ class DecoderLayer(nnx.Module):
     """
 
     def __init__(self, weights: dict):
-        for name in LAYER_WEIGHTS:
+        for name in (*LAYER_WEIGHTS, *FUSED):
             value, scale, out = weights.get(name), None, None
             if isinstance(value, F32Weight):
                 value, out = nnx.Param(value.w), value.out
@@ -122,13 +123,13 @@ class DecoderLayer(nnx.Module):
             if value is not None and scale is None and out is None and name in TENSOR_PARALLEL:
                 value.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # nnx.get_partition_spec
             setattr(self, name, value)
-            if name in QUANTIZED:
+            if name in QUANTIZED or name in FUSED:
                 setattr(self, f"{name}_scale", scale)
                 setattr(self, f"{name}_out", out)
 
     def weights(self) -> dict:
         out = {}
-        for n in LAYER_WEIGHTS:
+        for n in (*LAYER_WEIGHTS, *FUSED):
             value = getattr(self, n)
             scale, n_out = getattr(self, f"{n}_scale", None), getattr(self, f"{n}_out", None)
             if value is None:
@@ -199,16 +200,27 @@ class Decoder(nnx.Module):
                     f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}"
                 )
         per_layer = [{} for _ in range(config.num_layers)]
+        convert = quantize if int8 else pack_float32 if self.packed else None
+        fused_of = {part: name for name, parts in FUSED.items() for part in parts}
+        waiting = {}  # parts of a fused matmul popped before the last one
         for name in expected:
             # Pop as we go: a NumPy tensor and its device copy are never both fully alive.
             value = weights.pop(name)
-            if name in LAYER_WEIGHTS:
+            if name in LAYER_WEIGHTS and convert is not None and name in fused_of:
+                waiting[name] = value
+                fused = fused_of[name]
+                if all(part in waiting for part in FUSED[fused]):
+                    parts = [waiting.pop(part) for part in FUSED[fused]]
+                    for i, layer in enumerate(per_layer):
+                        layer[fused] = convert(np.concatenate(
+                            [np.asarray(p[i], np.float32) for p in parts], axis=1))
+                    del parts
+            elif name in LAYER_WEIGHTS:
                 for i, layer in enumerate(per_layer):
-                    if name not in QUANTIZED:
-                        layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
+                    if name in QUANTIZED and convert is not None:
+                        layer[name] = convert(value[i])
                     else:
-                        layer[name] = (quantize(value[i]) if int8 else pack_float32(value[i])
-                                       if self.packed else jnp.asarray(value[i], jnp.float32))
+                        layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
             elif int8 and (name == "lm_head" or (name == "embed" and config.tie_embeddings)):
                 q = quantize(value) if name == "lm_head" else quantize_rows(value)
                 setattr(self, name, nnx.Param(q.q))

@@ -20,6 +20,10 @@ NEG_INF = float(np.finfo(np.float32).min)
 #: The per-layer weights (one array each per layer in the decoder); biases exist for qkv_bias only.
 LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_up", "w_down",
                  "bq", "bk", "bv")
+#: Matmuls that share their input, concatenated along the outputs when the weights are packed
+#: for the CPU kernel (``Decoder``): one call and one weight stream instead of three / two.
+#: The kernel sums each output on its own, so the fused product is bit-identical to the parts.
+FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
 
 #: How a tensor-parallel ``model`` mesh axis splits each layer weight (``specjax.parallel``):
 #: q/k/v and gate/up by output columns (whole heads, MLP columns), wo and w_down by input rows,
@@ -75,7 +79,11 @@ def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float):
 def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c: ModelConfig):
     """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE)."""
     N = h.shape[0]
-    q, k, v = linear(h, w["wq"]), linear(h, w["wk"]), linear(h, w["wv"])
+    if "wqkv" in w:
+        q_width, kv_width = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        q, k, v = jnp.split(linear(h, w["wqkv"]), [q_width, q_width + kv_width], axis=-1)
+    else:
+        q, k, v = linear(h, w["wq"]), linear(h, w["wk"]), linear(h, w["wv"])
     if c.qkv_bias:
         q, k, v = q + w["bq"], k + w["bk"], v + w["bv"]
     q = rope(q.reshape(N, c.num_heads, c.head_dim), positions, c.rope_theta)
@@ -116,4 +124,8 @@ def attend(
 
 def mlp(h: Float[Array, "N D"], w: dict) -> Float[Array, "N D"]:
     """SwiGLU (Shazeer 2020, eq. 6): (silu(h W_gate) * h W_up) W_down."""
-    return linear(jax.nn.silu(linear(h, w["w_gate"])) * linear(h, w["w_up"]), w["w_down"])
+    if "w_gate_up" in w:
+        gate, up = jnp.split(linear(h, w["w_gate_up"]), 2, axis=-1)
+    else:
+        gate, up = linear(h, w["w_gate"]), linear(h, w["w_up"])
+    return linear(jax.nn.silu(gate) * up, w["w_down"])

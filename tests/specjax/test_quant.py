@@ -215,3 +215,16 @@ def test_the_tail_of_a_row_is_masked():
     w = quantize((rng.standard_normal((37, 12)) * 0.1).astype(np.float32))
     got = np.asarray(jax.jit(linear)(jnp.asarray(x), w))
     np.testing.assert_allclose(got[0], reference(x[:1], w, 37)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["int8", "float32"])
+def test_fused_matmuls_equal_their_parts_bit_for_bit(kind):
+    """The decoder concatenates q/k/v and gate/up along the outputs (``layers.FUSED``); each
+    output is still summed on its own, so the fused product splits into the parts' bits."""
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.standard_normal((9, 48)).astype(np.float32))
+    parts = [(rng.standard_normal((48, n)) * 0.1).astype(np.float32) for n in (40, 13, 13)]
+    convert = quantize if kind == "int8" else pack_float32
+    fused = np.asarray(linear(x, convert(np.concatenate(parts, axis=1))))
+    np.testing.assert_array_equal(
+        fused, np.concatenate([np.asarray(linear(x, convert(p))) for p in parts], axis=1))
