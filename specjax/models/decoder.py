@@ -113,8 +113,8 @@ class DecoderLayer(nnx.Module):
                 value, out = nnx.Param(value.w), value.out
             elif isinstance(value, Int8Weight):
                 value, scale = nnx.Param(value.q), nnx.Param(value.scale)
-                if name in TENSOR_PARALLEL:
-                    scale.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # [in/group, out]
+                if name in TENSOR_PARALLEL:  # [in/group, out]: split by outputs only
+                    scale.set_metadata(out_sharding=(None, TENSOR_PARALLEL[name][1]))
             if (scale is not None or out is not None) and name in TENSOR_PARALLEL:
                 spec = TENSOR_PARALLEL[name]  # packed [out/32, in, 32]: flip the split
                 value.set_metadata(out_sharding=(spec[1], spec[0], None))

@@ -8,7 +8,8 @@ script only produces them. ``quick`` (the default suite):
   ``specinfer`` (K=2) at T=1;
 - a tiny random decoder (8 query / 4 KV heads, so 4 divides both) on a (data=2, model=4) mesh:
   ``token`` greedy (n-gram drafts), ``traversal`` (K=2, early-exit drafts) at T=1, and its
-  logits with split weights.
+  logits with split weights; ``token`` greedy again with its weights packed for the CPU
+  kernel (float32 and int8), whose FFI call XLA runs on gathered weights.
 
 ``full`` (marked slow) adds every registered verifier on the toy pair, greedy and at T=1, and
 autoregressive decoding.
@@ -66,6 +67,8 @@ def main(mode: str) -> None:
     out = {"devices": jax.device_count(), "skipped": []}
     toy = load_toy("toy-target-v8"), load_toy("toy-draft-v8")
     tiny = ToyLoaded(name="tiny-target", model=Decoder.random(TINY, seed=0))
+    packed = ToyLoaded(name="tiny-packed", model=Decoder.random(TINY, seed=0, packed=True))
+    int8 = ToyLoaded(name="tiny-int8", model=Decoder.random(TINY, seed=0, weight_format="int8"))
     data8, tp = make_mesh(8, 1), make_mesh(2, 4)
     cases = [(f"toy_{v or 'ar'}_K{K}_T{t:g}", toy, v and ModelDrafter(K=K, L=3 if K == 1 else 2),
               v, t, data8) for v, K, t in toy_cases(mode == "full")]
@@ -73,6 +76,9 @@ def main(mode: str) -> None:
         ("tiny_token_T0", (tiny, None), NgramDrafter(K=1, L=2), "token", 0.0, tp),
         ("tiny_traversal_K2_T1", (tiny, None), EarlyExitDrafter(K=2, L=2, num_layers=1),
          "traversal", 1.0, tp),
+        # the CPU kernel's packed weights (float32, fused q/k/v and gate/up; int8) under SPMD
+        ("tiny_packed_token_T0", (packed, None), NgramDrafter(K=1, L=2), "token", 0.0, tp),
+        ("tiny_int8_token_T0", (int8, None), NgramDrafter(K=1, L=2), "token", 0.0, tp),
     ]
     for name, (target, draft), drafter, verifier, temperature, mesh in cases:
         try:

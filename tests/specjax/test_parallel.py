@@ -41,7 +41,7 @@ def _assert_identical(out: dict, expected_cases: int) -> None:
 
 def test_data_and_tensor_parallel_decoding_is_identical_to_one_device():
     out = _mesh_runs("quick")
-    _assert_identical(out, expected_cases=4)
+    _assert_identical(out, expected_cases=6)
     tp = out["tp_weights"]
     # wq [D, H*hd] = [32, 128] split by heads over the 4 devices of the model axis.
     assert tp["wq_shape"] == [32, 128] and tp["wq_shard_shapes"] == [[32, 32]]
