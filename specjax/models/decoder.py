@@ -99,7 +99,8 @@ QUANTIZED = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 class DecoderLayer(nnx.Module):
-    """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None).
+    """One layer's weights as separate arrays (``layers.LAYER_WEIGHTS``; biases may be None;
+    packed weights hold q/k/v and gate/up as their ``layers.FUSED`` concatenations).
 
     An ``Int8Weight`` is held as two arrays, ``<name>`` (packed int8, ``quant.pack``) and
     ``<name>_scale``, an ``F32Weight`` as ``<name>`` (packed float32) and ``<name>_out`` (its
