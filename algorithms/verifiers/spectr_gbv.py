@@ -92,7 +92,9 @@ def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Arr
     # expm1/log1p: each term's absolute error stays ~eps p(z,x), the rounding the sum has anyway.
     pc, qc = a[:, :L - 1, None] * p[:, 1:L], b[:, :L - 1, None] * q[:, 1:]
     r_child = jnp.where(qc >= pc, 1.0, qc / jnp.where(pc > 0, pc, 1.0))
-    children = (pc * (1.0 - (1.0 - r_child) ** K)).sum(-1)
+    # Summed as a product with ones: XLA:CPU's last-axis reduce took 27-33 ms here at K = 4,
+    # L = 8, V = 151,936 (5.5 % of the 1.5B's tree pass), the matvec 2.4 ms.
+    children = (pc * (1.0 - (1.0 - r_child) ** K)) @ jnp.ones((p.shape[-1],), p.dtype)
     num = own[:, :L - 1] - children
     den = cover[:, :L - 1] - children
     h_sub = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 1.0)
