@@ -85,11 +85,7 @@ def read_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) 
     return src.nbytes / seconds / 1e9
 
 
-def float32_matmul(x, w):
-    return linear(x, w)  # XLA's dot for an [in, out] array, the kernel for a packed one
-
-
-def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, layers=None,
+def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=linear, layers=None,
                      head=None) -> float:
     """Median ms of ONLY a pass's weight matmuls: the same arrays, ``tokens`` rows, the seven
     dots of every layer and the head, nothing else (best over ``SETTINGS``).
@@ -97,15 +93,15 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=float32_matmul, 
     No decoder built from these dots can beat this on this machine, so measured / this separates
     the decoder's own overhead (attention, norms, cache writes) from the dot library's speed.
     ``matmul(x, w)`` with ``layers`` / ``head`` in its own weight format times another kind of
-    dot on the same chain (``quantized_dots``: W8A8); by default the decoder's float32 weights,
-    a tied head contracted against the embedding's rows as the decoder does.
+    dot on the same chain (``quantized_dots``: W8A8); by default the decoder's own weights and
+    head as it runs them (``linear``: the kernel for packed or int8 weights, XLA's dot else; a
+    tied XLA head contracted against the embedding's rows).
     """
     if layers is None:
         layers = [layer.weights() for layer in decoder.layers]
     head_matmul = matmul
-    if head is None and decoder.weight_format == "int8":  # the kernel, as the decoder runs it
-        head, matmul = decoder.int8_head(), linear
-        head_matmul = matmul
+    if head is None and decoder.kernel_head() is not None:
+        head, head_matmul = decoder.kernel_head(), linear
     elif head is None:
         head = decoder.embed[...] if decoder.config.tie_embeddings else decoder.lm_head[...]
         if decoder.config.tie_embeddings:

@@ -92,9 +92,10 @@ def measured_tree_ms(path: Path = DECODE_SPEED) -> float | None:
     ``load_model``'s default layout (the packed kernel on CPU), best of the settings timed."""
     if not path.exists():
         return None
-    for row in json.loads(path.read_text())["rows"]:
+    results = json.loads(path.read_text())
+    for row in results["rows"]:
         if row["model"] == TREE_MODEL and row["pass_"] == TREE_PASS:
-            return min(row[f"ms_{s}"] for s in json.loads(path.read_text())["settings"])
+            return min(row[f"ms_{s}"] for s in results["settings"])
     return None
 
 

@@ -46,15 +46,16 @@ template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 12 : 6;
 V Zero() { return _mm512_setzero_ps(); }
 V Splat(float v) { return _mm512_set1_ps(v); }
 V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+__mmask16 FirstLanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 V LoadScales(const float* p, int64_t n) {  // the first n lanes, zeros past them
-  return _mm512_maskz_loadu_ps(n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), p);
+  return _mm512_maskz_loadu_ps(FirstLanes(n), p);
 }
 V Load(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 V Load(const float* p) { return _mm512_loadu_ps(p); }
 void Store(float* p, V v, int64_t n) {  // the first n <= kLanes lanes
-  _mm512_mask_storeu_ps(p, n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1), v);
+  _mm512_mask_storeu_ps(p, FirstLanes(n), v);
 }
 #else  // AVX2: 16 vector registers (int8: one row's 4 + 4 sums; float32: two rows' 4 sums)
 using V = __m256;

@@ -283,27 +283,28 @@ class Decoder(nnx.Module):
                  ) -> Float[Array, "N V"]:
         """Logits from normed features. ``tied_head``'s custom_vmap has no reverse-mode rule, so
         training (``differentiable=True``) takes a plain contraction with the same result."""
+        head = Decoder.kernel_head(self)  # also called on TargetReadout (eagle), a float32 head
+        if head is not None and not differentiable:
+            out = linear(h.reshape(-1, h.shape[-1]), head)
+            return out.reshape(*h.shape[:-1], out.shape[-1])
         if self.weight_format != "float32":
-            if differentiable:
-                raise ValueError("training reads a float32 target's head; this target was "
-                                 f"loaded with weights={self.weight_format!r}")
-            out = linear(h.reshape(-1, h.shape[-1]), self.int8_head())
-            return out.reshape(*h.shape[:-1], out.shape[-1])
-        packed_head = getattr(self, "packed_head", None)  # TargetReadout has none
-        if packed_head is not None and not differentiable:
-            out = linear(h.reshape(-1, h.shape[-1]), F32Weight(packed_head[...], self.vocab_size))
-            return out.reshape(*h.shape[:-1], out.shape[-1])
+            raise ValueError("training reads a float32 target's head; this target was "
+                             f"loaded with weights={self.weight_format!r}")
         if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
             if differentiable:
                 return jnp.einsum("...d,vd->...v", h, self.embed[...])
             return tied_head(h, self.embed[...])
         return h @ self.lm_head[...]
 
-    def int8_head(self) -> Int8Weight:
-        """The int8 matrix the head multiplies: the embedding's rows when tied, else lm_head."""
-        if self.config.tie_embeddings:
-            return Int8Weight(self.embed[...], self.embed_scale[...])
-        return Int8Weight(self.lm_head[...], self.lm_head_scale[...])
+    def kernel_head(self) -> Int8Weight | F32Weight | None:
+        """The head as the CPU kernel multiplies it: int8 (the embedding's rows when tied, else
+        lm_head), the packed float32 copy, or None (XLA's contraction with embed / lm_head)."""
+        if self.weight_format == "int8":
+            if self.config.tie_embeddings:
+                return Int8Weight(self.embed[...], self.embed_scale[...])
+            return Int8Weight(self.lm_head[...], self.lm_head_scale[...])
+        packed = getattr(self, "packed_head", None)  # TargetReadout has none
+        return None if packed is None else F32Weight(packed[...], self.vocab_size)
 
     def embed_rows(self, tokens: Int[Array, "..."]) -> Float[Array, "... D"]:
         """Input embeddings of ``tokens`` (dequantized rows of an int8 tied table)."""

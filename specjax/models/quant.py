@@ -61,22 +61,17 @@ class F32Weight:
 
 
 def pack_float32(w: Float[np.ndarray, "in out"]) -> F32Weight:
-    """``[in, out]`` -> ``F32Weight``: one copy that moves 32-float runs (``pack(w.T)`` would
-    transpose element by element; loading the 1.5B took 20 s longer that way)."""
     w = np.asarray(w, np.float32)
-    K, out = w.shape
+    return F32Weight(jnp.asarray(pack(w)), w.shape[1])
+
+
+def pack(a: np.ndarray) -> np.ndarray:
+    """``[K, out]`` -> ``[ceil(out/32), K, 32]``, outputs zero-padded: one copy that moves runs
+    of 32 (from ``[out, K]`` it would move single elements; loading the 1.5B took 20 s longer)."""
+    K, out = a.shape
     if out % BLOCK:
-        w = np.pad(w, ((0, 0), (0, -out % BLOCK)))
-    return F32Weight(jnp.asarray(np.ascontiguousarray(
-        w.reshape(K, -1, BLOCK).transpose(1, 0, 2))), out)
-
-
-def pack(q: Int8[np.ndarray, "out K"]) -> Int8[np.ndarray, "blocks K 32"]:
-    """``[out, K]`` -> ``[ceil(out/32), K, 32]``, outputs zero-padded."""
-    out, K = q.shape
-    padded = np.zeros((-(-out // BLOCK) * BLOCK, K), q.dtype)
-    padded[:out] = q
-    return np.ascontiguousarray(padded.reshape(-1, BLOCK, K).transpose(0, 2, 1))
+        a = np.pad(a, ((0, 0), (0, -out % BLOCK)))
+    return np.ascontiguousarray(a.reshape(K, -1, BLOCK).transpose(1, 0, 2))
 
 
 def unpack(a: Array, out: int, K: int) -> Array:
@@ -93,7 +88,7 @@ def _quantize_out_in(w: Float[np.ndarray, "out K"], group: int) -> Int8Weight:
     grouped = padded.reshape(out, -1, group)
     scale = np.maximum(np.abs(grouped).max(axis=2), np.finfo(np.float32).tiny) / 127.0
     q = np.clip(np.round(grouped / scale[..., None]), -127, 127).astype(np.int8)
-    return Int8Weight(jnp.asarray(pack(q.reshape(out, -1))), jnp.asarray(scale.T, jnp.float32))
+    return Int8Weight(jnp.asarray(pack(q.reshape(out, -1).T)), jnp.asarray(scale.T, jnp.float32))
 
 
 def quantize(w: Float[np.ndarray, "in out"], group: int = GROUP) -> Int8Weight:

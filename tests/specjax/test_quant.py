@@ -64,8 +64,8 @@ def test_pack_follows_its_layout_and_quantize_rounds_within_half_a_step(group):
     dense = np.asarray(q.q).transpose(0, 2, 1).reshape(32, padded_k)
     assert not dense[13:].any() and not dense[:, 37:].any()  # zero padding
     np.testing.assert_array_equal(np.asarray(quant.unpack(q.q, 13, 37)), ints)
-    assert pack(ints).shape == (1, 37, 32)
-    np.testing.assert_array_equal(numpy_unpack(pack(ints), 13, 37), ints)
+    assert pack(ints.T).shape == (1, 37, 32)
+    np.testing.assert_array_equal(numpy_unpack(pack(ints.T), 13, 37), ints)
     with pytest.raises(ValueError, match="group must be a positive number of columns"):
         quantize(w, group=0)
 
