@@ -107,6 +107,10 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                       "(resume=false reruns it)")
         print_table(done, console)
         return done
+    if cfg.get("compile_cache", True):
+        from specjax import compile_cache
+
+        compile_cache.enable()
     target, draft = _load_models(cfg, drafter)
 
     prompts = dataset.load()

@@ -91,6 +91,8 @@ def check_config(cfg: DictConfig) -> None:
     _int(cfg, "seed", 0)
     _int(cfg, "batch_size", 1, optional=True)
     _int(cfg, "dataset.n", 1, optional=True)
+    if not isinstance(cfg.get("compile_cache", True), bool):
+        raise ConfigError("compile_cache", f"must be true or false, got {cfg.compile_cache!r}")
     if _number(cfg, "sampling.temperature") < 0:
         raise ConfigError("sampling.temperature",
                           f"must be >= 0 (0 = greedy), got {cfg.sampling.temperature}")

@@ -115,6 +115,7 @@ INVALID = [
     (["verifier._target_=algorithms.verifiers.nope.Nope"], "verifier"),
     (["model.weights=int4"], "model.weights"),
     (["model.weights=int8"], "model.weights"),  # the toy models are exact float tables
+    (["compile_cache=maybe"], "compile_cache"),
 ]
 
 
