@@ -171,9 +171,10 @@ def read_gguf(
              for key in shapes for layer in range(n)]
     jobs.append((_tensor(tensors, "output_norm.weight"), weights["final_norm"], None, True))
     # Each tensor fills its own slot and NumPy's large array operations release the GIL, so
-    # threads dequantize on all cores, the largest tensors first (the 1.5B, alternating runs:
-    # 28.0 / 29.2 s on one thread, 18.5 / 18.6 s on two).
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    # threads dequantize on all cores, the embedding and head (the largest) first (the 1.5B,
+    # alternating runs: 28.0 / 29.2 s on one thread, 18.5 / 18.6 s on two). At most 8: each
+    # holds a chunk's temporaries (a few x 64 MiB).
+    with ThreadPoolExecutor(min(8, os.cpu_count() or 1)) as pool:
         for job in [pool.submit(_dequantize_into, *job) for job in jobs]:
             job.result()
     return hp, weights

@@ -1,4 +1,9 @@
-"""generate's cache of compiled loops is bounded: a long sweep must not keep every executable."""
+"""Compiled loops: generate's in-process cache is bounded (a long sweep must not keep every
+executable), and the on-disk cache that specjax-run enables serves a later process."""
+
+import os
+import subprocess
+import sys
 
 import specjax
 from specjax import api
@@ -45,10 +50,6 @@ print("KERNEL", kernels.available(), "HITS", len(hits),
 
 
 def _run_program(cache_dir, env_value):
-    import os
-    import subprocess
-    import sys
-
     env = {**os.environ, "SPECJAX_COMPILE_CACHE": env_value, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     out = subprocess.run([sys.executable, "-c", _PROGRAM, str(cache_dir)], env=env,
