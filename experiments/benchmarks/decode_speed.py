@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks import command_line
+from specjax.models.layers import gate_up_matmuls, qkv_matmuls
 from specjax.models.loader import MODEL_NAMES, load_model
 from specjax.models.passes import JittedPasses
 from specjax.models.quant import WEIGHT_FORMATS, linear
@@ -108,20 +109,11 @@ def matmuls_alone_ms(decoder, tokens: int, reps: int, *, matmul=linear, layers=N
             def head_matmul(x, e):
                 return jax.lax.dot_general(x, e, (((1,), (1,)), ((), ())))
 
-    q_width = decoder.config.num_heads * decoder.config.head_dim
-
     def chain(x, layers, head):
-        for w in layers:
-            if "wqkv" in w:  # fused as the decoder runs them (layers.FUSED)
-                qkv = matmul(x, w["wqkv"])
-                q, kv = qkv[:, :q_width], qkv[:, q_width:]
-            else:
-                q, kv = matmul(x, w["wq"]), matmul(x, w["wk"]) + matmul(x, w["wv"]).sum()
-            x = x + matmul(q + 1e-3 * kv.sum(), w["wo"])  # keep k, v alive
-            if "w_gate_up" in w:
-                gate, up = jnp.split(matmul(x, w["w_gate_up"]), 2, axis=-1)
-            else:
-                gate, up = matmul(x, w["w_gate"]), matmul(x, w["w_up"])
+        for w in layers:  # the fused matmuls as the decoder runs them (layers.FUSED)
+            q, k, v = qkv_matmuls(x, w, decoder.config, matmul)
+            x = x + matmul(q + 1e-3 * (k.sum() + v.sum()), w["wo"])  # keep k, v alive
+            gate, up = gate_up_matmuls(x, w, matmul)
             x = x + matmul(jax.nn.silu(gate) * up, w["w_down"])
         return head_matmul(x, head)
 

@@ -202,21 +202,16 @@ class Decoder(nnx.Module):
                 )
         per_layer = [{} for _ in range(config.num_layers)]
         convert = quantize if int8 else pack_float32 if self.packed else None
-        fused_of = {part: name for name, parts in FUSED.items() for part in parts}
-        waiting = {}  # parts of a fused matmul popped before the last one
-        for name in expected:
-            # Pop as we go: a NumPy tensor and its device copy are never both fully alive.
+        # Pop as we go: a NumPy tensor and its device copy are never both fully alive.
+        for fused, names in FUSED.items() if convert is not None else ():
+            parts = [weights.pop(name) for name in names]
+            for i, layer in enumerate(per_layer):
+                layer[fused] = convert(np.concatenate(
+                    [np.asarray(part[i], np.float32) for part in parts], axis=1))
+            del parts
+        for name in [name for name in expected if name in weights]:
             value = weights.pop(name)
-            if name in LAYER_WEIGHTS and convert is not None and name in fused_of:
-                waiting[name] = value
-                fused = fused_of[name]
-                if all(part in waiting for part in FUSED[fused]):
-                    parts = [waiting.pop(part) for part in FUSED[fused]]
-                    for i, layer in enumerate(per_layer):
-                        layer[fused] = convert(np.concatenate(
-                            [np.asarray(p[i], np.float32) for p in parts], axis=1))
-                    del parts
-            elif name in LAYER_WEIGHTS:
+            if name in LAYER_WEIGHTS:
                 for i, layer in enumerate(per_layer):
                     if name in QUANTIZED and convert is not None:
                         layer[name] = convert(value[i])

@@ -76,14 +76,26 @@ def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def qkv_matmuls(h: Float[Array, "N D"], w: dict, c: ModelConfig, matmul=linear) -> tuple:
+    """h W_q, h W_k, h W_v ([N, H*hd], [N, KV*hd] x 2): one product when the weights are fused
+    (``FUSED``), three otherwise. ``matmul`` lets a benchmark time another kind of dot."""
+    if "wqkv" in w:
+        q_width, kv_width = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        return tuple(jnp.split(matmul(h, w["wqkv"]), [q_width, q_width + kv_width], axis=-1))
+    return matmul(h, w["wq"]), matmul(h, w["wk"]), matmul(h, w["wv"])
+
+
+def gate_up_matmuls(h: Float[Array, "N D"], w: dict, matmul=linear) -> tuple:
+    """h W_gate, h W_up: one product when fused, two otherwise."""
+    if "w_gate_up" in w:
+        return tuple(jnp.split(matmul(h, w["w_gate_up"]), 2, axis=-1))
+    return matmul(h, w["w_gate"]), matmul(h, w["w_up"])
+
+
 def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c: ModelConfig):
     """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE)."""
     N = h.shape[0]
-    if "wqkv" in w:
-        q_width, kv_width = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        q, k, v = jnp.split(linear(h, w["wqkv"]), [q_width, q_width + kv_width], axis=-1)
-    else:
-        q, k, v = linear(h, w["wq"]), linear(h, w["wk"]), linear(h, w["wv"])
+    q, k, v = qkv_matmuls(h, w, c)
     if c.qkv_bias:
         q, k, v = q + w["bq"], k + w["bk"], v + w["bv"]
     q = rope(q.reshape(N, c.num_heads, c.head_dim), positions, c.rope_theta)
@@ -124,8 +136,5 @@ def attend(
 
 def mlp(h: Float[Array, "N D"], w: dict) -> Float[Array, "N D"]:
     """SwiGLU (Shazeer 2020, eq. 6): (silu(h W_gate) * h W_up) W_down."""
-    if "w_gate_up" in w:
-        gate, up = jnp.split(linear(h, w["w_gate_up"]), 2, axis=-1)
-    else:
-        gate, up = linear(h, w["w_gate"]), linear(h, w["w_up"])
+    gate, up = gate_up_matmuls(h, w)
     return linear(jax.nn.silu(gate) * up, w["w_down"])
