@@ -21,7 +21,7 @@
 // rows beside it, or on the thread split (cached and uncached passes agree exactly). With
 // AVX-512 (32 vector registers) the int8 tile keeps 2R partial sums, 2R totals and the
 // weights in registers at R = 6, the float32 tile 2R sums at R = 12.
-// Work is split over XLA's intra-op thread pool in chunks of output blocks.
+// Work is split over XLA's intra-op thread pool in contiguous ranges of output blocks (Run).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -159,8 +159,13 @@ void Blocks(const Problem<T>& p, int64_t lo, int64_t hi) {
   }
 }
 
+// Each worker (the caller and num_threads - 1 pool threads: one more would oversubscribe the
+// cores) owns a contiguous range of blocks and walks it in order, so its weights are one
+// sequential stream; a worker that finishes early takes steps from the others' ranges.
 struct Progress {
-  std::atomic<int64_t> next{0}, done{0};
+  explicit Progress(int64_t workers) : cursor(new std::atomic<int64_t>[workers]) {}
+  std::unique_ptr<std::atomic<int64_t>[]> cursor;  // next block of each worker's range
+  std::atomic<int64_t> done{0};                     // blocks finished
 };
 
 // Runs Blocks over XLA's intra-op pool; p's shapes are checked by the caller.
@@ -171,24 +176,29 @@ ffi::Error Run(ffi::ThreadPool& pool, const Problem<T>& p) {
     std::fill(p.y, p.y + p.rows * p.outputs, 0.0f);
     return ffi::Error::Success();
   }
-  // ~16 chunks per thread keeps the threads' shares even without making chunks tiny.
   int64_t blocks = (p.outputs + kBlock - 1) / kBlock;
-  int64_t threads = std::max<int64_t>(1, pool.num_threads());
-  int64_t chunk = std::max<int64_t>(1, blocks / (16 * threads));
-  int64_t chunks = (blocks + chunk - 1) / chunk;
-  auto progress = std::make_shared<Progress>();
-  auto work = [p, chunk, chunks, blocks](Progress* s) {
-    for (int64_t c; (c = s->next.fetch_add(1)) < chunks;) {
-      Blocks(p, c * chunk, std::min(blocks, (c + 1) * chunk));
-      s->done.fetch_add(1, std::memory_order_release);
+  int64_t workers = std::clamp<int64_t>(pool.num_threads(), 1, blocks);
+  // ~16 steps per range keeps the finishing times even without making steps tiny.
+  int64_t step = std::max<int64_t>(1, blocks / (16 * workers));
+  auto progress = std::make_shared<Progress>(workers);
+  auto end = [blocks, workers](int64_t w) { return blocks * (w + 1) / workers; };
+  for (int64_t w = 0; w < workers; ++w) progress->cursor[w].store(blocks * w / workers);
+  auto work = [p, step, workers, end](Progress* s, int64_t me) {
+    for (int64_t i = 0; i < workers; ++i) {
+      int64_t w = (me + i) % workers, hi = end(w);
+      for (int64_t b; (b = s->cursor[w].fetch_add(step)) < hi;) {
+        int64_t stop = std::min(hi, b + step);
+        Blocks(p, b, stop);
+        s->done.fetch_add(stop - b, std::memory_order_release);
+      }
     }
   };
-  // Helpers that start after the caller has taken every chunk find none and return; the
+  // Helpers that start after the caller has taken every block find none and return; the
   // shared_ptr keeps the counters alive for them.
-  int64_t helpers = std::min<int64_t>(pool.num_threads(), chunks - 1);
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([progress, work] { work(progress.get()); });
-  work(progress.get());
-  while (progress->done.load(std::memory_order_acquire) < chunks) std::this_thread::yield();
+  for (int64_t t = 1; t < workers; ++t)
+    pool.Schedule([progress, work, t] { work(progress.get(), t); });
+  work(progress.get(), 0);
+  while (progress->done.load(std::memory_order_acquire) < blocks) std::this_thread::yield();
   return ffi::Error::Success();
 }
 
