@@ -29,9 +29,14 @@ import jax
 
 from specjax.assets import cache_root
 
-SOURCE = Path(__file__).with_name("packed_dot.cc")
+HERE = Path(__file__).parent
+#: Compiled together into one library; ``simd.h`` is their shared vector helpers.
+SOURCES = (HERE / "packed_dot.cc", HERE / "attention.cc")
+HEADERS = (HERE / "simd.h",)
 #: FFI targets: int8 weights with scales, and float32 weights (both packed, ``quant.pack``).
 Q8_TARGET, F32_TARGET = "specjax_q8dot", "specjax_f32dot"
+#: FFI target: the cached decoder's attention (``models.layers.attend_cached``).
+ATTENTION_TARGET = "specjax_attention"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 _lock = threading.Lock()
@@ -61,18 +66,19 @@ def build(march: str = "native") -> Path:
         raise RuntimeError("no C++ compiler found (set CXX, or install g++)")
     include = jax.ffi.include_dir()
     flags = (*FLAGS, f"-march={march}")
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), " ".join(flags), compiler,
-                                    jax.__version__, _cpu_id()]).encode()).hexdigest()[:16]
-    out = cache_dir() / f"packed_dot-{key}.so"
+    texts = [path.read_text() for path in (*SOURCES, *HEADERS)]
+    key = hashlib.sha256("\n".join([*texts, " ".join(flags), compiler, jax.__version__,
+                                    _cpu_id()]).encode()).hexdigest()[:16]
+    out = cache_dir() / f"specjax_kernels-{key}.so"
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    proc = subprocess.run([compiler, *flags, f"-I{include}", str(SOURCE), "-o", str(tmp)],
-                          capture_output=True, text=True)
+    proc = subprocess.run([compiler, *flags, f"-I{include}", f"-I{HERE}", *map(str, SOURCES),
+                           "-o", str(tmp)], capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"compiling {SOURCE.name} failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"compiling the CPU kernels failed:\n{proc.stderr[-2000:]}")
     tmp.replace(out)  # atomic: a concurrent build (xdist workers) sees a whole file or none
     return out
 
@@ -87,7 +93,7 @@ def available() -> bool:
                 return False
             try:
                 lib = ctypes.cdll.LoadLibrary(str(build()))
-                for target in (Q8_TARGET, F32_TARGET):
+                for target in (Q8_TARGET, F32_TARGET, ATTENTION_TARGET):
                     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, target)),
                                                 platform="cpu")
                 _state["lib"], _state["ok"] = lib, True

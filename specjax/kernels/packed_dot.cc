@@ -22,8 +22,6 @@
 // AVX-512 (32 vector registers) the int8 tile keeps 2R partial sums, 2R totals and the
 // weights in registers at R = 6, the float32 tile 2R sums at R = 12.
 // Work is split over XLA's intra-op thread pool in contiguous ranges of output blocks (Run).
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -31,53 +29,21 @@
 #include <thread>
 #include <type_traits>
 
+#include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
 
 namespace {
 
+using namespace specjax_simd;
+
 constexpr int64_t kBlock = 32;  // outputs per block
 
-#ifdef __AVX512F__
-using V = __m512;
-constexpr int kLanes = 16;
+#ifdef __AVX512F__  // float32: 2R sums at R = 12; int8: 2R partial sums, 2R totals and the weights at R = 6
 template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 12 : 6;
-V Zero() { return _mm512_setzero_ps(); }
-V Splat(float v) { return _mm512_set1_ps(v); }
-V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-__mmask16 FirstLanes(int64_t n) { return n >= kLanes ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
-V LoadScales(const float* p, int64_t n) {  // the first n lanes, zeros past them
-  return _mm512_maskz_loadu_ps(FirstLanes(n), p);
-}
-V Load(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-V Load(const float* p) { return _mm512_loadu_ps(p); }
-void Store(float* p, V v, int64_t n) {  // the first n <= kLanes lanes
-  _mm512_mask_storeu_ps(p, FirstLanes(n), v);
-}
-#else  // AVX2: 16 vector registers (int8: one row's 4 + 4 sums; float32: two rows' 4 sums)
-using V = __m256;
-constexpr int kLanes = 8;
+#else  // AVX2, 16 registers: int8 one row's 4 + 4 sums; float32 two rows' 4 sums
 template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 2 : 1;
-V Zero() { return _mm256_setzero_ps(); }
-V Splat(float v) { return _mm256_set1_ps(v); }
-V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-V LoadScales(const float* p, int64_t n) {
-  alignas(32) float tmp[kLanes] = {};
-  std::copy(p, p + std::min<int64_t>(n, kLanes), tmp);
-  return _mm256_load_ps(tmp);
-}
-V Load(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-V Load(const float* p) { return _mm256_loadu_ps(p); }
-void Store(float* p, V v, int64_t n) {
-  alignas(32) float tmp[kLanes];
-  _mm256_store_ps(tmp, v);
-  std::copy(tmp, tmp + std::min<int64_t>(n, kLanes), p);
-}
 #endif
 constexpr int kVecs = kBlock / kLanes;  // vectors per block
 

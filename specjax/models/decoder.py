@@ -39,6 +39,7 @@ from specjax.models.layers import (
     LAYER_WEIGHTS,
     TENSOR_PARALLEL,
     attend,
+    attend_cached,
     mlp,
     project_qkv,
     rms_norm,
@@ -357,21 +358,21 @@ class Decoder(nnx.Module):
         """The cached layer stack on given inputs (an EAGLE head feeds its own, not embeddings);
         returns the residual stream after the last layer."""
         N = x.shape[0]
-        M, S = cache.max_len, cache.scratch
+        S = cache.scratch
         if positions.shape != (N,) or slots.shape != (N,) or mask.shape != (N, S):
             raise ValueError(
                 f"forward: tokens {(N,)} needs positions and slots of shape {(N,)} and "
                 f"mask of shape {(N, S)}; got {positions.shape}, {slots.shape}, {mask.shape}"
             )
         c = self.config
-        committed = jnp.arange(M) < cache.length
         k_scratch, v_scratch = [], []
         for i in range(self.active_layers):
             w = self.layers[i].weights()
             q, k_new, v_new = project_qkv(rms_norm(x, w["attn_norm"], c.rms_eps), w, positions, c)
             ks = cache.k_scratch[i].at[:, slots].set(k_new.transpose(1, 0, 2))
             vs = cache.v_scratch[i].at[:, slots].set(v_new.transpose(1, 0, 2))
-            attn = attend(q, (cache.k[i], ks), (cache.v[i], vs), (committed, mask))
+            attn = attend_cached(q, cache.k[i], cache.v[i], ks, vs, cache.length, mask,
+                                 kernel=self.packed or self.weight_format == "int8")
             # Zero-valued dependency: whatever consumes this scratch (commit's in-place write
             # into cache.k[i]) is ordered after the attention read of cache.k[i].
             dep = 0.0 * attn[0, 0]

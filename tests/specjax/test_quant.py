@@ -1,8 +1,6 @@
 """int8 weights (``specjax.models.quant``) and their CPU kernel (``specjax.kernels``) against a
 float64 reference written in NumPy from the unpacked integers."""
 
-import ctypes
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,21 +119,6 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
     together = np.asarray(linear(x, w))
     for i in range(15):
         np.testing.assert_array_equal(np.asarray(linear(x[i:i + 1], w))[0], together[i])
-
-
-@pytest.fixture(scope="module")
-def haswell():
-    """The kernels built for Haswell (AVX2, no AVX-512) and registered under their own names."""
-    lib = ctypes.cdll.LoadLibrary(str(kernels.build(march="haswell")))
-    names = {}
-    for target in (kernels.Q8_TARGET, kernels.F32_TARGET):
-        names[target] = f"{target}_haswell"
-        try:
-            jax.ffi.register_ffi_target(names[target], jax.ffi.pycapsule(getattr(lib, target)),
-                                        platform="cpu")
-        except Exception:  # noqa: BLE001 - already registered by an earlier run in this process
-            pass
-    return names
 
 
 @pytest.mark.parametrize("kind", ["int8", "float32"])
