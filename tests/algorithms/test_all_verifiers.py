@@ -210,3 +210,24 @@ def test_claimed_losslessness_holds_exactly(name, K):
         tv = lossless_tv(law, P, Q, L=2, K=K, N=4)
         print(f"{name} K={K} exact TV {label} L=2 N=4: {tv:.3e}")
         assert tv <= 1e-12
+
+
+def test_sample_draws_what_jax_categorical_draws():
+    """``base.sample`` writes Gumbel-max's argmax as a max and a min over indices (XLA:CPU's
+    argmax is slow): each draw must be the one ``jax.random.categorical`` makes with the same key,
+    zeros never drawn, under vmap too. A wrong tie rule or a shifted index would differ."""
+    from algorithms.verifiers.base import sample
+
+    rng = np.random.default_rng(0)
+    for V in (3, 50, 4099):
+        probs = rng.dirichlet(np.full(V, 0.3)).astype(np.float32)
+        probs[rng.random(V) < 0.3] = 0.0
+        probs = jnp.asarray(probs / probs.sum())
+        keys = jax.random.split(jax.random.key(V), 300)
+        logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
+        want = jax.vmap(jax.random.categorical, in_axes=(0, None))(keys, logits)
+        got = jax.jit(jax.vmap(sample, in_axes=(0, None)))(keys, probs)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert np.all(np.asarray(probs)[np.asarray(got)] > 0)
+    one_hot = jnp.zeros(7).at[4].set(1.0)
+    assert int(sample(jax.random.key(1), one_hot)) == 4
