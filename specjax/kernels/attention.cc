@@ -47,6 +47,9 @@ struct Attention {
   int64_t q_step, c_step, s_step, len_step, mask_step;  // per batch element; 0 = shared
 };
 
+// Floats per row of a tile's weight buffer: every slot, rounded up to whole vectors.
+int64_t Stride(const Attention& a) { return (a.M + a.S + kLanes - 1) / kLanes * kLanes; }
+
 // dot(a, b) over hd floats: one fixed-order chain of vector multiply-adds, then the lanes.
 float Dot(const float* a, const float* b, int64_t hd) {
   V acc = Zero();
@@ -57,25 +60,67 @@ float Dot(const float* a, const float* b, int64_t hd) {
   return s;
 }
 
-// exp(x) for x <= 0 (Cephes' expf: x = n ln 2 + r, |r| <= ln 2 / 2 (n rounded to nearest), a degree-7 polynomial
-// for e^r; relative error ~1e-7), written without calls so that the compiler vectorizes the
-// softmax loop: libm's scalar expf was most of a tree pass's attention time. Below -87 it
+// exp(x) for x <= 0, a vector at a time (Cephes' expf: x = n ln 2 + r, |r| <= ln 2 / 2 with n
+// rounded to nearest, a degree-7 polynomial for e^r; relative error ~1e-7): libm's scalar expf,
+// and even this polynomial written per float, cost more than the score products. Below -87 it
 // returns ~2^-126 instead of underflowing (a weight no float32 sum can see).
-inline float ExpNonPositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return (p * r * r + r + 1.0f) * two_n;
+inline V ExpNonPositive(V x) {
+  x = Max(x, Splat(-87.0f));
+  const V round = Splat(12582912.0f);
+  const V n = (x * Splat(1.44269504088896341f) + round) - round;
+  const V r = x - n * Splat(0.693359375f) + n * Splat(2.12194440e-4f);
+  V p = Splat(1.9875691500e-4f);
+  for (float c : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                  5.0000001201e-1f})
+    p = Fma(p, r, Splat(c));
+  return (p * r * r + r + Splat(1.0f)) * Pow2(n);
+}
+
+// out[i * stride + s] = q[i] . k[s] for s < n, kLanes keys at a time: each row's kLanes
+// partial-sum vectors are summed across lanes together (ReduceLanes). hd % kLanes == 0.
+void Scores(const float (*q)[256], int rows, const float* k, int64_t n, int64_t hd,
+            float* out, int64_t stride) {
+  for (int64_t s0 = 0; s0 < n; s0 += kLanes) {
+    const int64_t m = std::min<int64_t>(kLanes, n - s0);
+    const float* key[kLanes];  // past n: the last key again, its score discarded
+    for (int j = 0; j < kLanes; ++j) key[j] = k + (s0 + std::min<int64_t>(j, m - 1)) * hd;
+    for (int i = 0; i < rows; ++i) {
+      V acc[kLanes];
+      for (int j = 0; j < kLanes; ++j) acc[j] = Zero();
+      for (int64_t d = 0; d < hd; d += kLanes) {
+        const V qv = Load(q[i] + d);
+        for (int j = 0; j < kLanes; ++j) acc[j] = Fma(qv, Load(key[j] + d), acc[j]);
+      }
+      Store(out + i * stride + s0, ReduceLanes(acc), m);
+    }
+  }
+}
+
+// acc[i] = sum_s w[i * stride + s] v_s over the committed values vc[0, visible) and then the
+// scratch values vs[0, S), hd = C * kLanes: R rows at a time keep their sums in registers and
+// share each value vector's load. Each (row, lane) is one chain in slot order.
+template <int C, int R>
+void WeighValues(const float* w, int64_t stride, int rows, const float* vc, int64_t visible,
+                 const float* vs, int64_t S, float (*acc)[256]) {
+  for (int i0 = 0; i0 < rows; i0 += R) {
+    const float* wr[R];  // past the last row: that row again, its sums discarded
+    for (int j = 0; j < R; ++j) wr[j] = w + std::min(i0 + j, rows - 1) * stride;
+    V a[R][C];
+    for (int j = 0; j < R; ++j)
+      for (int c = 0; c < C; ++c) a[j][c] = Zero();
+    auto add = [&](const float* v, int64_t s) {
+      V vv[C];
+      for (int c = 0; c < C; ++c) vv[c] = Load(v + c * kLanes);
+      for (int j = 0; j < R; ++j) {
+        const V p = Splat(wr[j][s]);
+        for (int c = 0; c < C; ++c) a[j][c] = Fma(p, vv[c], a[j][c]);
+      }
+    };
+    for (int64_t s = 0; s < visible; ++s) add(vc + s * C * kLanes, s);
+    for (int64_t s = 0; s < S; ++s) add(vs + s * C * kLanes, visible + s);
+    for (int j = 0; j < R && i0 + j < rows; ++j)
+      for (int c = 0; c < C; ++c) Store(acc[i0 + j] + c * kLanes, a[j][c], kLanes);
+  }
 }
 
 // acc[0:hd] += p * v[0:hd]
@@ -93,7 +138,7 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
   const int64_t G = a.H / a.KV, hd = a.hd;
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const int64_t visible = std::clamp<int64_t>(a.length[b * a.len_step], 0, a.M);
-  const int64_t T = visible + a.S, stride = a.M + a.S;
+  const int64_t T = visible + a.S, stride = Stride(a);
   const float* kc = a.kc + b * a.c_step + kv * a.M * hd;
   const float* vc = a.vc + b * a.c_step + kv * a.M * hd;
   const float* ks = a.ks + b * a.s_step + kv * a.S * hd;
@@ -107,36 +152,64 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
     const float* src = a.q + b * a.q_step + (node[i] * a.H + head[i]) * hd;
     for (int64_t d = 0; d < hd; ++d) q[i][d] = src[d] * scale;
   }
-  const float kOff = -INFINITY;  // a scratch slot the row does not see
-  for (int64_t s = 0; s < visible; ++s)
-    for (int i = 0; i < rows; ++i) buf[i * stride + s] = Dot(q[i], kc + s * hd, hd);
-  for (int64_t s = 0; s < a.S; ++s)
+  const float kOff = -INFINITY;  // a scratch slot the row does not see; padding
+  if (hd % kLanes == 0) {
+    Scores(q, rows, kc, visible, hd, buf, stride);
+    Scores(q, rows, ks, a.S, hd, buf + visible, stride);
     for (int i = 0; i < rows; ++i)
-      buf[i * stride + visible + s] = mask[node[i] * a.S + s] ? Dot(q[i], ks + s * hd, hd) : kOff;
+      for (int64_t s = 0; s < a.S; ++s)
+        if (!mask[node[i] * a.S + s]) buf[i * stride + visible + s] = kOff;
+  } else {
+    for (int64_t s = 0; s < visible; ++s)
+      for (int i = 0; i < rows; ++i) buf[i * stride + s] = Dot(q[i], kc + s * hd, hd);
+    for (int64_t s = 0; s < a.S; ++s)
+      for (int i = 0; i < rows; ++i)
+        buf[i * stride + visible + s] = mask[node[i] * a.S + s] ? Dot(q[i], ks + s * hd, hd) : kOff;
+  }
+  const int64_t padded = (T + kLanes - 1) / kLanes * kLanes;  // <= stride
   bool blind[kTile];  // sees no slot: weighs all M + S slots equally, as the jnp form does
-  for (int i = 0; i < rows; ++i) {  // softmax
+  for (int i = 0; i < rows; ++i) {  // softmax, kLanes slots at a time; unseen slots weigh 0
     float* p = buf + i * stride;
-    float top = kOff;
-    for (int64_t s = 0; s < T; ++s) top = std::max(top, p[s]);
-    blind[i] = top == kOff;
-    for (int64_t s = 0; s < T; ++s) p[s] = ExpNonPositive(p[s] - top);
-    for (int64_t s = 0; s < a.S; ++s)  // the scratch slots it does not see: weight exactly 0
-      if (!mask[node[i] * a.S + s]) p[visible + s] = 0.0f;
-    float sum = 0.0f;
-    for (int64_t s = 0; s < T; ++s) sum += p[s];
-    for (int64_t s = 0; s < T && !blind[i]; ++s) p[s] = p[s] / sum;
+    std::fill(p + T, p + padded, kOff);
+    V top = Splat(kOff);
+    for (int64_t s = 0; s < padded; s += kLanes) top = Max(top, Load(p + s));
+    const float t = MaxLanes(top);
+    blind[i] = t == kOff;
+    if (blind[i]) {
+      std::fill(p, p + padded, 0.0f);
+      continue;
+    }
+    V sum = Zero();
+    for (int64_t s = 0; s < padded; s += kLanes) {
+      const V x = Load(p + s), e = ZeroWhere(x, kOff, ExpNonPositive(x - Splat(t)));
+      Store(p + s, e, kLanes);
+      sum = sum + e;
+    }
+    const V total = Splat(Sum(sum));
+    for (int64_t s = 0; s < padded; s += kLanes) Store(p + s, Load(p + s) / total, kLanes);
   }
   float acc[kTile][256];
-  for (int i = 0; i < rows; ++i) {
-    std::fill(acc[i], acc[i] + hd, 0.0f);
-    const float w = 1.0f / static_cast<float>(stride);
-    for (int64_t s = 0; blind[i] && s < stride; ++s)
-      Axpy(acc[i], w, s < a.M ? vc + s * hd : vs + (s - a.M) * hd, hd);
+  constexpr int kRegs = kLanes == 16 ? 16 : 8;  // accumulator registers to spend on sums
+  switch (hd % kLanes == 0 ? hd / kLanes : 0) {
+    case 1: WeighValues<1, 8>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
+    case 2: WeighValues<2, kRegs / 2>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
+    case 4: WeighValues<4, kRegs / 4>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
+    case 8: WeighValues<8, std::max(1, kRegs / 8)>(buf, stride, rows, vc, visible, vs, a.S, acc);
+      break;
+    default:
+      for (int i = 0; i < rows; ++i) std::fill(acc[i], acc[i] + hd, 0.0f);
+      for (int64_t s = 0; s < T; ++s) {
+        const float* v = s < visible ? vc + s * hd : vs + (s - visible) * hd;
+        for (int i = 0; i < rows; ++i)
+          if (buf[i * stride + s] != 0.0f) Axpy(acc[i], buf[i * stride + s], v, hd);
+      }
   }
-  for (int64_t s = 0; s < T; ++s) {
-    const float* v = s < visible ? vc + s * hd : vs + (s - visible) * hd;
-    for (int i = 0; i < rows; ++i)
-      if (buf[i * stride + s] != 0.0f) Axpy(acc[i], buf[i * stride + s], v, hd);
+  for (int i = 0; i < rows; ++i) {
+    if (!blind[i]) continue;
+    std::fill(acc[i], acc[i] + hd, 0.0f);
+    const float w = 1.0f / static_cast<float>(a.M + a.S);
+    for (int64_t s = 0; s < a.M + a.S; ++s)
+      Axpy(acc[i], w, s < a.M ? vc + s * hd : vs + (s - a.M) * hd, hd);
   }
   for (int i = 0; i < rows; ++i)
     std::copy(acc[i], acc[i] + hd, a.out + ((b * a.N + node[i]) * a.H + head[i]) * hd);
@@ -150,7 +223,7 @@ ffi::Error Run(ffi::ThreadPool& pool, const Attention& a) {
   const int64_t rows = (a.H / a.KV) * a.N, tiles = (rows + kTile - 1) / kTile;
   const int64_t items = a.batch * a.KV * tiles;
   auto work = [a, rows, tiles, items](Progress* s) {
-    std::vector<float> buf(kTile * (a.M + a.S));
+    std::vector<float> buf(kTile * Stride(a));
     for (int64_t it; (it = s->next.fetch_add(1)) < items;) {
       int64_t t = it % tiles, kv = it / tiles % a.KV, b = it / tiles / a.KV;
       Tile(a, b, kv, t * kTile, static_cast<int>(std::min<int64_t>(kTile, rows - t * kTile)),
