@@ -20,7 +20,8 @@
 // scaled into the total as the group ends), so a row's result does not depend on R, on the
 // rows beside it, or on the thread split (cached and uncached passes agree exactly). With
 // AVX-512 (32 vector registers) the int8 tile keeps 2R partial sums, 2R totals and the
-// weights in registers at R = 6, the float32 tile 2R sums at R = 12.
+// weights in registers at R = 6, the float32 tile 2R sums at R = 13. The rows are split into
+// tiles as even as possible (25 rows: 13 + 12, not 12 + 12 + 1): each tile streams the block.
 // Work is split over XLA's intra-op thread pool in contiguous ranges of output blocks (Run).
 #include <algorithm>
 #include <atomic>
@@ -40,8 +41,8 @@ using namespace specjax_simd;
 
 constexpr int64_t kBlock = 32;  // outputs per block
 
-#ifdef __AVX512F__  // float32: 2R sums at R = 12; int8: 2R partial sums, 2R totals and the weights at R = 6
-template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 12 : 6;
+#ifdef __AVX512F__  // float32: 2R sums at R = 13; int8: 2R partial sums, 2R totals and the weights at R = 6
+template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 13 : 6;
 #else  // AVX2, 16 registers: int8 one row's 4 + 4 sums; float32 two rows' 4 sums
 template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 2 : 1;
 #endif
@@ -118,11 +119,13 @@ void Rest(const Problem<T>& p, int64_t r0, int64_t b, int64_t left) {
 template <class T>
 void Blocks(const Problem<T>& p, int64_t lo, int64_t hi) {
   constexpr int kRows = kMaxRows<T>;
-  for (int64_t b = lo; b < hi; ++b) {
-    int64_t r = 0;
-    for (; r + kRows <= p.rows; r += kRows) Tile<kRows>(p, r, b);
-    if (r < p.rows) Rest<kRows - 1>(p, r, b, p.rows - r);
-  }
+  const int64_t tiles = (p.rows + kRows - 1) / kRows;
+  for (int64_t b = lo; b < hi; ++b)
+    for (int64_t t = 0, r = 0; t < tiles; ++t) {
+      const int64_t n = p.rows / tiles + (t < p.rows % tiles);
+      Rest<kRows>(p, r, b, n);
+      r += n;
+    }
 }
 
 // Each worker (the caller and num_threads - 1 pool threads: one more would oversubscribe the
