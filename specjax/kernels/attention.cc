@@ -13,8 +13,9 @@
 //
 // Each (row, head) is one fixed-order computation, the same as the jnp form's formula: scores
 // (q * hd^-1/2) . k over the visible slots (committed in slot order, then scratch), p =
-// exp(score - max) / sum, out = sum_s p_s v_s in the same slot order. Invisible slots are
-// skipped (the jnp form gives them exactly zero weight). A row that sees nothing averages every
+// exp(score - max) / sum, out = sum_s p_s v_s in the same slot order. Committed slots past
+// `length` are skipped; scratch slots a row does not see weigh exactly 0, as in the jnp form
+// (both multiply them: a NaN there would reach the row). A row that sees nothing averages every
 // slot, as a softmax over all-equal -inf-like scores does. A row's result does not depend on
 // the rows beside it or on the thread split. The G query heads of a KV head and the N rows are
 // tiled together so each key and value vector, loaded once, serves the whole tile.
@@ -22,7 +23,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
