@@ -23,6 +23,7 @@ loop stay float32 and do not shrink).
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import jax
@@ -75,7 +76,7 @@ def dequant(x, ws, scales):
     return [x @ (w.astype(jnp.float32) * s) for w, s in zip(ws, scales, strict=True)]
 
 
-def main():
+def dot_table():
     K, N, count = 1536, 8960, 8
     rng = np.random.default_rng(0)
     wf = [jnp.asarray(rng.standard_normal((K, N)).astype(np.float32) * 0.02) for _ in range(count)]
@@ -124,12 +125,14 @@ def whole_model(name: str, reps: int = 10) -> None:
           flush=True)
 
 
-if __name__ == "__main__":
-    import argparse
-
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="also time one decode step's matmuls, float32 vs W8A8")
-    args = parser.parse_args()
-    main()
+    args = parser.parse_args(argv)
+    dot_table()
     if args.model:
         whole_model(args.model)
+
+
+if __name__ == "__main__":
+    main()

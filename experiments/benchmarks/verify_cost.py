@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tree-ms", "--target-ms", dest="tree_ms", type=float, default=None,
                         help="the target's tree pass (K=4, L=8) on this machine, in ms; each "
-                             "time is printed as a % of it (default: the 1.5B tree 4x8 row of "
+                             "time is printed as a %% of it (default: the 1.5B tree 4x8 row of "
                              f"{DECODE_SPEED.name})")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write the table (markdown) to this file")
