@@ -91,16 +91,18 @@ def mass_below(q_row: Float[Array, " V"], key_row: Float[Array, " V"], order: st
                ) -> Float[Array, " V"]:
     """F_<(x): the q-mass of the tokens before x in the node order."""
     if order == "band":
-        bands = jnp.arange(1, len(BANDS) + 1, dtype=key_row.dtype)
-        in_band = key_row[None, :] == bands[:, None]  # bands 1.., [B-1, V]
-        masked = jnp.where(in_band, q_row[None, :], 0.0)
-        # Band 0's prefix sums are the total's minus the other bands': B prefix sums in all.
-        sums = exclusive_cumsum(jnp.concatenate([q_row[None, :], masked]))
-        within = jnp.concatenate([sums[:1] - sums[1:].sum(0, keepdims=True), sums[1:]])
-        band_mass = jnp.concatenate([q_row.sum()[None] - masked.sum(-1), masked.sum(-1)])
-        lower_bands = jnp.cumsum(band_mass) - band_mass
-        band = key_row.astype(jnp.int32)
-        return jnp.take_along_axis(within, band[None, :], 0)[0] + lower_bands[band]
+        # Band b's tokens sit above every token of the bands below it: F_< is the q-mass of
+        # the lower bands plus the prefix of b's own mass. Band 0's prefix sums are the total's
+        # minus the other bands' (B prefix sums in all); selects, not gathers or concatenates
+        # of [B, V] tables, which XLA:CPU runs as separate slow passes over the vocabulary.
+        masked = [jnp.where(key_row == b, q_row, 0.0) for b in range(1, len(BANDS) + 1)]
+        sums = [exclusive_cumsum(m) for m in masked]
+        out = exclusive_cumsum(q_row) - sum(sums)
+        below = q_row.sum() - sum(m.sum() for m in masked)  # band 0's mass
+        for b, (m, within) in enumerate(zip(masked, sums, strict=True), start=1):
+            out = jnp.where(key_row == b, within + below, out)
+            below = below + m.sum()
+        return out
     ids = jnp.arange(q_row.shape[0])
     perm = jnp.lexsort((ids, key_row))
     f_sorted = jnp.cumsum(q_row[perm]) - q_row[perm]
