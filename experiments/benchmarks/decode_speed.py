@@ -11,7 +11,10 @@ Both machine limits are measured here, before the models, with all cores:
 
 - bandwidth: a copy of a 1 GiB float32 array split over one thread per core (read + write
   bytes, best of several), the STREAM "copy" kernel;
-- FLOP/s: a large jitted float32 matmul (best of the compile settings the decoder may use).
+- FLOP/s: a large jitted float32 matmul (best of the compile settings the decoder may use);
+- the pure-read ceiling: a max over 1 GiB split the same way. It is not the roofline, but it
+  is printed beside it ("read ceiling / best"): on some VMs reads alone stop well below the
+  copy's bandwidth (27.5 vs 41.6 GB/s on a 2-vCPU Xeon), which no weight-streaming pass can beat.
 
 Passes, each the median of ``--reps`` calls after warm-up with the cache holding a 128-token
 prompt: decode (1 token) at batch 1, 4 and 16 (``jax.vmap``, as the engine batches), tree
