@@ -97,11 +97,12 @@ def mass_below(q_row: Float[Array, " V"], key_row: Float[Array, " V"], order: st
         # of [B, V] tables, which XLA:CPU runs as separate slow passes over the vocabulary.
         masked = [jnp.where(key_row == b, q_row, 0.0) for b in range(1, len(BANDS) + 1)]
         sums = [exclusive_cumsum(m) for m in masked]
+        masses = [m.sum() for m in masked]
         out = exclusive_cumsum(q_row) - sum(sums)
-        below = q_row.sum() - sum(m.sum() for m in masked)  # band 0's mass
-        for b, (m, within) in enumerate(zip(masked, sums, strict=True), start=1):
+        below = q_row.sum() - sum(masses)  # band 0's mass
+        for b, (within, mass) in enumerate(zip(sums, masses, strict=True), start=1):
             out = jnp.where(key_row == b, within + below, out)
-            below = below + m.sum()
+            below = below + mass
         return out
     ids = jnp.arange(q_row.shape[0])
     perm = jnp.lexsort((ids, key_row))

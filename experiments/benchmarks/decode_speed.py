@@ -225,11 +225,12 @@ def render(timings: list[dict], settings: list[str], bw: float, flops: float, re
     rows, records = [], []
     for t in timings:
         P, tokens = t["params"], tokens_of(t["pass_"])
-        read_s = t.get("bytes_per_param", 4) * P / (bw * 1e9)
+        weight_bytes = t.get("bytes_per_param", 4) * P
+        read_s = weight_bytes / (bw * 1e9)
         compute_s = 2 * P * tokens / flops
         roof_ms = 1e3 * max(read_s, compute_s)
         # The same roofline with the pure-read ceiling in place of the copy's bandwidth.
-        read_roof_ms = 1e3 * max(read_s * bw / read_bw, compute_s)
+        read_roof_ms = 1e3 * max(weight_bytes / (read_bw * 1e9), compute_s)
         bound = "bandwidth" if read_s >= compute_s else "compute"
         ms = {s: t[f"ms_{s}"] for s in settings}
         best = min(ms, key=ms.get)

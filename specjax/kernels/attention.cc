@@ -47,8 +47,10 @@ struct Attention {
   int64_t q_step, c_step, s_step, len_step, mask_step;  // per batch element; 0 = shared
 };
 
+int64_t WholeVectors(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }  // floats
+
 // Floats per row of a tile's weight buffer: every slot, rounded up to whole vectors.
-int64_t Stride(const Attention& a) { return (a.M + a.S + kLanes - 1) / kLanes * kLanes; }
+int64_t Stride(const Attention& a) { return WholeVectors(a.M + a.S); }
 
 // dot(a, b) over hd floats: one fixed-order chain of vector multiply-adds, then the lanes.
 float Dot(const float* a, const float* b, int64_t hd) {
@@ -166,7 +168,7 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
       for (int i = 0; i < rows; ++i)
         buf[i * stride + visible + s] = mask[node[i] * a.S + s] ? Dot(q[i], ks + s * hd, hd) : kOff;
   }
-  const int64_t padded = (T + kLanes - 1) / kLanes * kLanes;  // <= stride
+  const int64_t padded = WholeVectors(T);  // <= stride
   bool blind[kTile];  // sees no slot: weighs all M + S slots equally, as the jnp form does
   for (int i = 0; i < rows; ++i) {  // softmax, kLanes slots at a time; unseen slots weigh 0
     float* p = buf + i * stride;
