@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from specjax import hardware
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).parent / "results"
@@ -131,24 +132,6 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
     suite = PromptSuite(suite=dataset, n=setting.n, shuffle=False, chat=True)
     prompts = suite.load()
     return [p.id for p in prompts], suite.texts(target, prompts)
-
-
-def hardware() -> str:
-    """The device decoding ran on, in words (CPU model and cores, or the accelerator)."""
-    import jax
-
-    dev = jax.devices()[0]
-    if dev.platform != "cpu":
-        return f"{len(jax.devices())} x {dev.device_kind} ({dev.platform})"
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CPU: {model}, {os.cpu_count()} cores"
 
 
 def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
@@ -253,8 +236,8 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
                 result = run_cell(setting, method, texts, *models)
                 row = dict(key=key, table=table, preset=preset, dataset=dataset,
                            method=method.name, K=method.K, prompt_ids=ids, session=SESSION,
-                           hardware=hardware(), finished=time.strftime("%Y-%m-%d %H:%M:%S UTC",
-                                                                       time.gmtime()),
+                           hardware=hardware.describe(),
+                           finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                            **result)
                 store.put(row)
                 log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}): "
