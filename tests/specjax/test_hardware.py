@@ -1,6 +1,9 @@
-"""specjax.hardware reads /proc/cpuinfo's fields; checked on a written sample of that file."""
+"""specjax.hardware reads /proc/cpuinfo's fields (checked on a written sample of that file), and
+the CPU kernels pick their prefetch form from it."""
 
-from specjax import hardware
+import pytest
+
+from specjax import hardware, kernels
 
 SAMPLE = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -32,3 +35,17 @@ def test_cpu_name_carries_family_and_model(tmp_path):
     assert hardware.cpu_name(path) == "Intel(R) Xeon(R) Processor (family 6 model 167)"
     path.write_text("model name\t: Some CPU\n")
     assert hardware.cpu_name(path) == "Some CPU"
+
+
+def test_kernel_prefetch_level_follows_vendor_and_override(monkeypatch, tmp_path):
+    """The packed kernel's prefetch form: the vendor's default, or the environment's choice;
+    a value outside the allowed ones is refused by name (not silently replaced)."""
+    monkeypatch.delenv("SPECJAX_KERNEL_PREFETCH", raising=False)
+    for vendor, level in (("GenuineIntel", "l2"), ("AuthenticAMD", "l1"), ("", "l1")):
+        monkeypatch.setattr(hardware, "cpuinfo", lambda *keys, vendor=vendor, **kw: vendor)
+        assert kernels.prefetch_level() == level
+    monkeypatch.setenv("SPECJAX_KERNEL_PREFETCH", "L1")
+    assert kernels.prefetch_level() == "l1"
+    monkeypatch.setenv("SPECJAX_KERNEL_PREFETCH", "l3")
+    with pytest.raises(ValueError, match="SPECJAX_KERNEL_PREFETCH.*'l1', 'l2'.*'l3'"):
+        kernels.prefetch_level()
