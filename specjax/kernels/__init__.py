@@ -78,7 +78,7 @@ def build(march: str = "native") -> Path:
     if prefetch_level() == "l2":
         flags = (*flags, "-DSPECJAX_PREFETCH_L2")
     texts = [path.read_text() for path in (*SOURCES, *HEADERS)]
-    cpu = hardware.cpuinfo("model name", "flags")
+    cpu = hardware.cpuinfo("model name", "flags") or platform.processor()
     key = hashlib.sha256("\n".join([*texts, " ".join(flags), compiler, jax.__version__,
                                     cpu]).encode()).hexdigest()[:16]
     out = cache_dir() / f"specjax_kernels-{key}.so"
