@@ -11,6 +11,8 @@ import os
 import platform
 from pathlib import Path
 
+import jax
+
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -36,8 +38,6 @@ def cpu_name(path: Path = CPUINFO) -> str:
 
 def describe() -> str:
     """The device decoding runs on: CPU name and cores, or the accelerator."""
-    import jax
-
     dev = jax.devices()[0]
     if dev.platform != "cpu":
         return f"{len(jax.devices())} x {dev.device_kind} ({dev.platform})"

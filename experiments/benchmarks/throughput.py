@@ -357,8 +357,10 @@ def main(argv=None) -> dict:
     B1 = min(args.batches)  # below the ridge an AR step takes t1 whatever the batch
     t1 = measured[B1]["ar"]["step_s"] / max(1.0, B1 / ridge)
     predicted = predict(args.batches, alpha=alpha, c=c, ridge=ridge, L=args.L, t1=t1)
+    from specjax import hardware
+
     report = {
-        "header": {"machine": f"{os.cpu_count()}-core CPU", "argv": " ".join(argv or sys.argv[1:]),
+        "header": {"machine": hardware.describe(), "argv": " ".join(argv or sys.argv[1:]),
                    "target": args.target if not args.smoke else "tiny-target",
                    "draft": args.draft if not args.smoke else "tiny-draft",
                    "target_params": params[0], "draft_params": params[1], "c": c,

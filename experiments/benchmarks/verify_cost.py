@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algorithms.verifiers import get_verifier, list_verifiers
+from specjax import hardware
 
 QWEN2_VOCAB = 151_936
 DECODE_SPEED = Path(__file__).resolve().parents[2] / "paper_repro/results/decode_speed_cpu.json"
@@ -105,7 +106,7 @@ def render(results, names, Ks, Ls, *, tree_ms: float, tree_source: str, V: int,
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     cols = [(K, L) for K in Ks for L in Ls]
     lines = [f"verify cost, V={V}, median of {calls} jitted calls on "
-             f"{jax.devices()[0].platform} (load {load:.1f} on {os.cpu_count()} cpus): ms (% of "
+             f"{hardware.describe()} (load {load:.1f}): ms (% of "
              f"a {tree_ms:g} ms tree pass, {tree_source}; budget {100 * BUDGET:g} %)", "",
              "| verifier | " + " | ".join(f"K={K} L={L}" for K, L in cols) + " |",
              "|---|" + "---:|" * len(cols)]

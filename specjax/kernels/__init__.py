@@ -78,7 +78,10 @@ def build(march: str = "native") -> Path:
     if prefetch_level() == "l2":
         flags = (*flags, "-DSPECJAX_PREFETCH_L2")
     texts = [path.read_text() for path in (*SOURCES, *HEADERS)]
-    cpu = hardware.cpuinfo("model name", "flags") or platform.processor()
+    # A -march=native build is only valid on the CPU it was made on: cloud VMs of different
+    # kinds share the model name "Intel(R) Xeon(R) Processor", so the family/model numbers and
+    # the instruction-set flags go into the key too.
+    cpu = f"{hardware.cpu_name()}\n{hardware.cpuinfo('flags')}"
     key = hashlib.sha256("\n".join([*texts, " ".join(flags), compiler, jax.__version__,
                                     cpu]).encode()).hexdigest()[:16]
     out = cache_dir() / f"specjax_kernels-{key}.so"
