@@ -1,4 +1,4 @@
-"""Ablations of the SpecTr-GBV comparison over K, L and T (issue 11, item 3).
+"""Ablations of the SpecTr-GBV comparison over K, L and T.
 
     python -m paper_repro.ablations --preset cpu --which K   # BE and SR vs K in {1, 2, 3, 5, 7}
     python -m paper_repro.ablations --preset cpu --which L   # BE and SR vs L in {2, 4, 6, 8, 12}

@@ -43,7 +43,7 @@ DATASETS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "alpaca": "Alpaca"}
 #: Table 1's multi-draft verifiers (K = setting.K); the rest run with K = 1.
 MULTI_DRAFT = ("specinfer", "spectr", "spectr_gbv", "multipath_block", "traversal")
 SINGLE_DRAFT = ("token", "greedy_block", "block")
-#: Paper names of the rows the paper reports (SpecTr-GBV, arXiv / secondhand; issue 11).
+#: Paper names of the rows the paper reports (SpecTr-GBV, arXiv / secondhand).
 PAPER_NAMES = {"ar": "AR", "token": "SD", "greedy_block": "GBV", "spectr": "SpecTr",
                "spectr_gbv": "SpecTr-GBV"}
 

@@ -1,4 +1,4 @@
-"""Table 1 of the SpecTr-GBV comparison on a real pair: BE and SR with bootstrap CIs (issue 11).
+"""Table 1 of the SpecTr-GBV comparison on a real pair: BE and SR with bootstrap CIs.
 
     python -m paper_repro.table1 --preset cpu      # this 2-core CPU: 8 prompts x 64 tokens
     python -m paper_repro.table1 --preset full     # a GPU: 80 prompts x 128 tokens
@@ -60,7 +60,7 @@ PRESETS: dict[str, Setting] = {
                     **PAPER_SETTING),
 }
 #: SpecTr-GBV paper (DeepSeek-33B target, 1.3B draft, K = 3, L = 8, T = 0.4; secondhand via
-#: summaries, issue 11): BE and SR per method, and SpecTr-GBV's gains (BE %, SR %) over each.
+#: summaries): BE and SR per method, and SpecTr-GBV's gains (BE %, SR %) over each.
 PAPER_BE_SR = {"spectr_gbv": (8.59, 2.12), "token": (7.64, 1.64), "spectr": (8.39, 1.96),
                "greedy_block": (7.83, 1.67)}
 PAPER_GAINS = {"token": (12.4, 29.3), "spectr": (2.3, 8.2), "greedy_block": (9.7, 27.0)}
@@ -70,7 +70,7 @@ LOSSLESS_ALTERNATIVES = ("traversal", "multipath_block", "specinfer")
 
 @functools.cache
 def lossless_verdict(verifier: str | None, K: int) -> tuple[bool, float | None]:
-    """(class claim, exact TV) on the ALGORITHMS.md example p = (1/3, 2/3), q = (2/3, 1/3): TV of
+    """(class claim, exact TV) on the running example p = (1/3, 2/3), q = (2/3, 1/3): TV of
     the first L + 2 = 4 emitted tokens from the target at L = 2, K = min(K, 3) (exact float64
     enumeration, ``algorithms.exact``). AR samples the target itself: (True, None)."""
     if verifier is None:
@@ -229,7 +229,7 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
         f"a seeded numpy RNG (seed {bootstrap.SEED}), paired across methods "
         "(`specjax/bootstrap.py`); with this few prompts they are wide.",
         "- **lossless:** the verifier class's `lossless` claim, and the exact checker's verdict: "
-        "total variation of the first 4 emitted tokens from the target on the ALGORITHMS.md "
+        "total variation of the first 4 emitted tokens from the target on the running "
         "example (p = (1/3, 2/3), q = (2/3, 1/3)), L = 2, K = min(K, 3), float64 enumeration; "
         f"lossless when TV <= {LOSSLESS_TOL:g} (`paper_repro/verifier_landscape.md` has the "
         "full grid).",
@@ -361,7 +361,7 @@ def timing_table(cells: dict, setting: Setting, methods: list[Method]) -> list[s
 def paper_reference() -> list[str]:
     lines = ["", "## The paper's numbers (for reference)", "",
              "SpecTr-GBV paper, DeepSeek-33B target with a 1.3B draft, K = 3, L = 8, T = 0.4 "
-             "(secondhand via summaries, issue 11):", "", "| method | BE | SR |", "|---|---|---|"]
+             "(secondhand via summaries):", "", "| method | BE | SR |", "|---|---|---|"]
     lines += [f"| {PAPER_NAMES[n]} | {be:.2f} | {sr:.2f}x |" for n, (be, sr) in
               PAPER_BE_SR.items()]
     return lines

@@ -1,4 +1,4 @@
-"""The official SpecTr-GBV repository's setting as its own table (issue 11, item 2).
+"""The official SpecTr-GBV repository's setting as its own table.
 
     python -m paper_repro.table_repo --preset cpu    # first 8 HumanEval prompts (CPU budget)
     python -m paper_repro.table_repo --preset full   # the repo's first 32 prompts, on a GPU

@@ -2,7 +2,7 @@
 
 No sampling: every number is the float64 exact law of one iteration (``algorithms.exact``), so the
 table is a deterministic function of the code. For K in {1..4} and L in {1..3} it tabulates, on
-the ALGORITHMS.md example (p = (1/3, 2/3), q = (2/3, 1/3)) and on 10 seeded random V = 3 pairs
+the running example (p = (1/3, 2/3), q = (2/3, 1/3)) and on 10 seeded random V = 3 pairs
 (``random_pair(3, seed)``), the expected number of accepted draft tokens of each verifier next to
 the membership-OT bound sum_z min(p(z), 1 - (1 - q(z))^K) (``bounds.block_bound``) that no lossless
 verifier exceeds, and the single-draft bound sum_z min(p(z), q(z)). Single-draft verifiers
@@ -10,7 +10,7 @@ verifier exceeds, and the single-draft bound sum_z min(p(z), q(z)). Single-draft
 exact checker (TV of the first L + 2 tokens from the target) on a grid of cases, and the table
 says which verifiers pass, with the measured maximum TV.
 
-Also (issue 13): the fraction of the OT bound each verifier reaches, a pairwise-dominance table,
+Also: the fraction of the OT bound each verifier reaches, a pairwise-dominance table,
 exact monotonicity in K of every multi-draft verifier, and the HSD-vs-BV adjudication (exact
 E[tau] and TV of HSD against BV on every pair here plus the adversarial ones). ``greedy_draft``
 is a drafter + verifier pair (Hu et al.'s greedy drafting, not K i.i.d. drafts), so the i.i.d. OT
@@ -158,7 +158,7 @@ def markdown(names, table, lossless, models, seconds) -> str:
                            + " |")
         return out
 
-    lines += block("The ALGORITHMS.md example, p = (1/3, 2/3), q = (2/3, 1/3)",
+    lines += block("The running example, p = (1/3, 2/3), q = (2/3, 1/3)",
                    lambda c, K, L: table.get(("example", c, K, L)))
     randoms = [p for p in models if p != "example"]
 

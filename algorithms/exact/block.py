@@ -3,8 +3,9 @@
 Written from the paper's sequential definition (Algorithm 2), not from the vectorised JAX kernel:
 the weight is the clipped product w_i = min(w_{i-1} p_i(X_i) / q_i(X_i), 1) updated in a loop,
 and h_i uses the paper's own denominator S_i + 1 - w_i (Eq. 5). The internal coins are replaced
-by their exact probabilities, P(tau = i | draft) = h_i prod_{j>i} (1 - h_j) (ALGORITHMS.md §4),
-and the extra token by its exact law: the residual of Eq. 4 or the bonus p(. | X_<=L).
+by their exact probabilities, P(tau = i | draft) = h_i prod_{j>i} (1 - h_j)
+(docs/verifiers/block.md), and the extra token by its exact law: the residual of Eq. 4 or the bonus
+p(. | X_<=L).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Upper bounds on what any lossless multi-draft verifier can accept (ALGORITHMS.md §7.1, §5.3).
+"""Upper bounds on what any lossless multi-draft verifier can accept (docs/verifiers/bounds.md).
 
 ``optimal_acceptance``: Hu et al., "Towards Optimal Multi-Draft Speculative Decoding", ICLR 2025
 (arXiv 2502.18779). For K i.i.d. draft tokens x_1..x_K ~ q, the best coupling with Y ~ p

@@ -1,8 +1,8 @@
 """Exact one-iteration law of greedy block verification with the cross-iteration fix-up.
 
 Greedy variant of Sun et al., ICLR 2025 (arXiv 2403.10444), Sec. 4 = SpecTr-GBV (arXiv
-2604.25925) with K = 1; fix-up as reconstructed in ALGORITHMS.md §4.1. Written from the joint
-probabilities of §4.1, not from the JAX kernel's ratio form:
+2604.25925) with K = 1; fix-up as reconstructed in docs/verifiers/greedy_block.md. Written
+from the joint probabilities there, not from the JAX kernel's ratio form:
 
     h_i = [a(X_<=i) - sum_x a(X_<=i, x)] / [Q_i - sum_x a(X_<=i, x)],  h_L = a(X_<=L) / Q_L,
 
@@ -34,7 +34,7 @@ class FixedTarget:
     Modification k applies at position j (a prefix z with |z| = j) when remaining_k > j:
     T <- norm(max(T - omega_k q, 0)), oldest first; after token x, omega_k <- omega_k q(x) /
     T_before(x). Where omega_k is infinite or the cut leaves no mass (only on branches of target
-    probability 0, ALGORITHMS.md §4.1) the modification is skipped.
+    probability 0, docs/verifiers/greedy_block.md) the modification is skipped.
     """
 
     def __init__(self, P, Q, ctx, mods: Mods):

@@ -5,7 +5,7 @@ are fixed functions of the context. They are not K i.i.d. draws from one law, so
 laws (which enumerate draws from a shared Q) do not apply. Here the draft set is given, every
 draft's q is one-hot at its own token, and the only randomness is the verifier's coins; each law
 below follows the verifier's published rule for that input, in float64, written from the papers'
-pseudocode (ALGORITHMS.md §2.1 RRS, §3.1-3.2 K-SEQ, §6 multi-path selection, §7.3 traversal),
+pseudocode (docs/verifiers/: specinfer, spectr, multipath_block and traversal pages),
 not from the JAX kernels.
 
 A fixed-draft law is ``law(P, drafts, ctx) -> {emitted: prob}`` for one iteration;

@@ -1,7 +1,7 @@
 """Toy autoregressive models for exact checks: a model maps a context tuple to a law over V.
 
 Contexts are tuples of token ids relative to the start of generation. The Dirichlet model
-hashes the context with md5 exactly as ALGORITHMS.md's tables do, so the numbers there can be
+hashes the context with md5 (docs/concepts.md), so the published random-pair numbers can be
 reproduced seed for seed.
 """
 
@@ -55,7 +55,7 @@ class DirichletModel(ToyModel):
 
 @dataclass(frozen=True)
 class ConstantModel(ToyModel):
-    """The same law at every context (the ALGORITHMS.md example uses p=(1/3,2/3), q=(2/3,1/3))."""
+    """The same law at every context (the running example uses p=(1/3,2/3), q=(2/3,1/3))."""
 
     probs: tuple[float, ...] = field(default=())
 
@@ -91,12 +91,13 @@ class OneHotModel(ToyModel):
 
 
 def example_pair() -> tuple[ToyModel, ToyModel]:
-    """The running example of ALGORITHMS.md: target p=(1/3, 2/3), draft q=(2/3, 1/3)."""
+    """The running example (docs/concepts.md): target p=(1/3, 2/3), draft q=(2/3, 1/3)."""
     return ConstantModel(2, (1 / 3, 2 / 3)), ConstantModel(2, (2 / 3, 1 / 3))
 
 
 def random_pair(V: int, seed: int, concentration: float = 1.0) -> tuple[ToyModel, ToyModel]:
-    """Target and draft as in ALGORITHMS.md's tables: P seeds 500+seed, Q seeds 900+seed."""
+    """Target and draft of the random-pair tables (docs/concepts.md): P seeds 500+seed, Q seeds
+    900+seed."""
     return (DirichletModel(V, 500 + seed, concentration),
             DirichletModel(V, 900 + seed, concentration))
 

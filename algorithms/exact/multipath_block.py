@@ -1,4 +1,6 @@
-"""Exact one-iteration law of greedy multi-path block verification (ALGORITHMS.md §6).
+"""Exact one-iteration law of greedy multi-path block verification.
+
+docs/verifiers/multipath_block.md describes the rule.
 
 Thomas & Pal, "Greedy Multi-Path Block Verification for Faster Decoding in Speculative
 Sampling", arXiv 2602.16961, as reconstructed in §6: a per-node total order on tokens induces a

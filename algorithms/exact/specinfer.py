@@ -1,4 +1,4 @@
-"""Exact one-iteration law of SpecInfer RRS and RRSw (ALGORITHMS.md §2; Miao et al. 2024,
+"""Exact one-iteration law of SpecInfer RRS and RRSw (docs/verifiers/specinfer.md; Miao et al. 2024,
 Jeon et al. 2024), computed as a recursion over the draft tree.
 
 Enumerating all V^(K L) draft sets is too slow for K = 4, L = 3. It is also unnecessary: given

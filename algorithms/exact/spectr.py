@@ -1,4 +1,4 @@
-"""Exact one-iteration law of SpecTr with K-SEQ at every node (ALGORITHMS.md §3; Sun et al.,
+"""Exact one-iteration law of SpecTr with K-SEQ at every node (docs/verifiers/spectr.md; Sun et al.,
 NeurIPS 2023), computed as a recursion over the draft tree.
 
 Independent of the JAX verifier: rho* is found with Brent's method in float64 (the JAX code

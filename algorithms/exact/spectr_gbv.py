@@ -1,4 +1,4 @@
-"""Exact one-iteration law of SpecTr-GBV Algorithm 1 as released (ALGORITHMS.md §5.1).
+"""Exact one-iteration law of SpecTr-GBV Algorithm 1 as released (docs/verifiers/spectr_gbv.md).
 
 Lin, Sheng, Cai, Zhou, "SpecTr-GBV: Multi-Draft Block Verification Accelerating Speculative
 Decoding", arXiv 2604.25925, Algorithm 1 with Eq. 2 (sub-block acceptance h) and Eq. 4

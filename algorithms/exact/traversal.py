@@ -1,4 +1,4 @@
-"""Exact one-iteration law of traversal verification, rule B (ALGORITHMS.md §7.3).
+"""Exact one-iteration law of traversal verification, rule B (docs/verifiers/traversal.md).
 
 Weng et al., "Traversal Verification for Speculative Tree Decoding", NeurIPS 2025
 (arXiv 2505.12398), Algorithm 3, applied to K i.i.d. drafts merged by shared prefixes with

@@ -1,7 +1,7 @@
 """Block verification (BV): accept the longest sub-block a single coupling can justify.
 
 Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami, Suresh, "Block Verification Accelerates
-Speculative Decoding", ICLR 2025 (arXiv 2403.10444), Algorithm 2; ALGORITHMS.md §4.
+Speculative Decoding", ICLR 2025 (arXiv 2403.10444), Algorithm 2; docs/verifiers/block.md.
 
 Token verification (Leviathan et al.) decides every draft token on its own and stops at the first
 rejection. BV instead keeps a *clipped* running likelihood ratio along the block,
@@ -69,7 +69,7 @@ def block_acceptance(w: Float[Array, " L"], q: Float[Array, "L V"],
     """h_1..h_L of Eq. 5.
 
     The denominator S_i + 1 - w_i is computed as sum_x max(q - w_i p, 0) (the same number when
-    both rows sum to 1, ALGORITHMS.md §4 "useful identities"): a sum of non-negative terms cannot
+    both rows sum to 1): a sum of non-negative terms cannot
     cancel to a tiny or negative value on float32 laws that are normalised only to ~1e-6. It is 0
     only when w_i = 1 and p = q at the next position, where h_i = 1 by convention.
     """

@@ -2,7 +2,7 @@
 
 Sun et al., "Block Verification Accelerates Speculative Decoding", ICLR 2025 (arXiv 2403.10444),
 the greedy variant of Sec. 4; identical to SpecTr-GBV (Lin et al., arXiv 2604.25925, Eq. 2-4)
-with one draft. ALGORITHMS.md §4.1 (the fix-up is a reconstruction, checked exactly there and in
+with one draft. docs/verifiers/greedy_block.md (the fix-up is a reconstruction, checked exactly in
 ``algorithms/exact/greedy_block.py``).
 
 Per iteration, with T the effective target (p when no fix-up is active), T_i and Q_i the joints
@@ -65,7 +65,7 @@ def fixed_target(p_row: Float[Array, " V"], q_row: Float[Array, " V"], omega: Fl
 
     Applies T <- norm(max(T - omega_k q, 0)) for the active modifications, oldest first. A
     non-finite omega or an all-zero result only occurs where the joint target probability is
-    already 0 (ALGORITHMS.md §4.1 numerics): the modification is skipped there.
+    already 0 (docs/verifiers/greedy_block.md): the modification is skipped there.
     """
     def step(t, mod):
         w, on = mod

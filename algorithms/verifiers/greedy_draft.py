@@ -10,7 +10,7 @@ For that draft set the best any verifier can accept at the root is
 
 because Y ~ p in the top set always hits a fixed draft and only the sampled draft can meet the
 rest. Our reading of the matching verifier (the paper states the bound; the rule is ours):
-recursive rejection sampling (SpecInfer; ALGORITHMS.md §2.1) with each draft's own law, the
+recursive rejection sampling (SpecInfer; docs/verifiers/specinfer.md) with each draft's own law, the
 *sampled* draft tried first. It accepts x_K with min(1, p/q_rest); its residual
 norm(max(p - q_rest, 0)) equals p on the top set, and the one-hot trials that follow then accept
 Y whenever it lands on a fixed draft, so the root acceptance is exactly alpha_greedy.
@@ -111,8 +111,8 @@ class GreedyDraftVerifier:
 
     @staticmethod
     def rrs_walk(key, drafts, q, p, alive, lead):
-        """SpecInfer's walk (ALGORITHMS.md §2.2) over the survivors from depth 2: (accepted count
-        below the root, lead draft, extra-token law)."""
+        """SpecInfer's walk (docs/verifiers/specinfer.md) over the survivors from depth 2:
+        (accepted count below the root, lead draft, extra-token law)."""
         K, L = drafts.shape
         u = jax.random.uniform(key, (L, K))
         rrs = SpecInferVerifier().rrs_node

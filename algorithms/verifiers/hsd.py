@@ -30,7 +30,7 @@ the released code's nan_to_num gives 0, but there the override already sets h_t 
 0/0 can occur, since S_t = D_t = 0 forces w_t = 1 and p = q at branch t).
 
 Neither variant is lossless. The exact checker (tests/algorithms/test_hsd.py) measures TV = 1/9
-over the first 4 tokens on the ALGORITHMS.md example at L = 2 for both, with E[tau] = 4/3 against
+over the first 4 tokens on the running example at L = 2 for both, with E[tau] = 4/3 against
 BV's 11/9; at L = 1 both reduce to token-wise sampling and are exact. Step 1 is the cause: the
 target mass of a block that BV's clipped weight had already "spent" on earlier rejections is
 counted again, so E[tau] exceeds BV's, which Sun et al. (ICLR 2025) prove optimal among lossless
@@ -69,7 +69,7 @@ def joint_log_ratios(p_x: Float[Array, " L"], q_x: Float[Array, " L"]) -> Float[
 class HSDVerifier:
     variant: str = "released"
 
-    lossless: ClassVar[bool] = False  # exact TV 1/9 on the ALGORITHMS.md example at L = 2
+    lossless: ClassVar[bool] = False  # exact TV 1/9 on the running example at L = 2
     max_drafts: ClassVar[int | None] = 1
     # base.IID / base.DETERMINISTIC: one draft, so any drafter's block is a draw from its q
     draft_structures: ClassVar[frozenset[str]] = frozenset({"iid", "deterministic"})

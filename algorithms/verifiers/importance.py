@@ -18,17 +18,17 @@ mass strictly below,
 
     s(y) = F(y)^k - F^-(y)^k          (k i.i.d. draws; at k = 2: q(y)^2 + 2 q(y) F^-(y)).
 
-On the ALGORITHMS.md example at k = 2, (1)+(2) accepts sum_y min(p, s) = 8/9, the optimum
+On the running example at k = 2, (1)+(2) accepts sum_y min(p, s) = 8/9, the optimum
 (Khisti et al.'s K = 2 value, = alpha* of Hu et al.); as k grows it over-feeds high-ratio tokens
 (0.864 at k = 4 against alpha* = 1). A residual draw that lands on another survivor's token
 recovers part of that (below), but E[tau] is still not monotone in K (L = 1: 0.99805 at K = 3,
 0.99791 at K = 4 on the example).
 
-Sequences (as SpecTr's walk, ALGORITHMS.md §3.2): at depth t the survivors are the drafts whose
-first t tokens equal the emitted prefix; the node runs (1)+(2) with k = #survivors; if the output
-Y (accepted, or a residual draw) is a survivor's token, Y is appended and those drafts survive,
-otherwise Y is the correction. Continuing is exact because the survivors' continuations are still
-i.i.d. q given the prefix; the IS step looks at depth-t tokens only. k = 1 is token-wise SD.
+Sequences (as SpecTr's walk, docs/verifiers/spectr.md): at depth t the survivors are the drafts
+whose first t tokens equal the emitted prefix; the node runs (1)+(2) with k = #survivors; if the
+output Y (accepted, or a residual draw) is a survivor's token, Y is appended and those drafts
+survive, otherwise Y is the correction. Continuing is exact because the survivors' continuations are
+still i.i.d. q given the prefix; the IS step looks at depth-t tokens only. k = 1 is token-wise SD.
 """
 
 from __future__ import annotations

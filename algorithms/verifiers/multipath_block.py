@@ -1,8 +1,8 @@
 """Greedy multi-path block verification: select one of K drafts, then BV against its true law.
 
 Thomas & Pal, "Greedy Multi-Path Block Verification for Faster Decoding in Speculative
-Sampling", arXiv 2602.16961, as reconstructed in ALGORITHMS.md §6 (the paper's exact ordering rule
-was not available):
+Sampling", arXiv 2602.16961, as reconstructed in docs/verifiers/multipath_block.md (the paper's
+exact ordering rule was not available):
 
 1. Every node z orders its tokens totally, from on-path probabilities only. ``order="band"``
    (default): tokens the target favours (p(x|z) >= q(x|z), q = 0 included) above the others,
@@ -11,7 +11,7 @@ was not available):
    lossless (step 3 is exact for it); the order only decides which draft is selected. "band" is
    the one that costs O(V) per node: step 3 needs each token's q-mass below it in the node
    order, which for two bands is two prefix sums, where an exact ratio order needs a sort of the
-   vocabulary (0.4-0.9 s per call at V = 151,936, issue 9).
+   vocabulary (0.4-0.9 s per call at V = 151,936).
 2. The node orders induce a lexicographic order on blocks; select the largest of the K drafts.
 3. The selected block is not q-distributed. With G(z) the draft mass of blocks whose |z|-prefix is
    <= z, its law is the law of the maximum of K i.i.d. draws (§6 step 3):

@@ -3,7 +3,7 @@
 Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative
 Inference and Verification", ASPLOS 2024 (arXiv 2305.09781), multi-step speculative sampling;
 Jeon et al., "Recursive Speculative Decoding: Accelerating LLM Inference via Sampling Without
-Replacement", arXiv 2402.14160 (RRSw). Restated in ALGORITHMS.md §2.1-2.3.
+Replacement", arXiv 2402.14160 (RRSw). Restated in docs/verifiers/specinfer.md.
 
 One tree node (§2.1): start from r = p(.|z); for each surviving draft k in draft-index order,
 accept its next token x_k with probability min(1, r(x_k) / q_k(x_k)); on rejection update

@@ -2,7 +2,7 @@
 
 Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal Transport",
 NeurIPS 2023 (arXiv 2310.15141): the K-SEQ selection and its multi-draft sequence version,
-restated in ALGORITHMS.md §3.1-3.2 (the paper writes p for the draft and q for the target;
+restated in docs/verifiers/spectr.md (the paper writes p for the draft and q for the target;
 here p is the target and q the draft).
 
 K-SEQ at a node with target p, draft q and k surviving drafts x_1..x_k ~ q i.i.d. (§3.1):
@@ -28,8 +28,8 @@ needs the k survivors to be exchangeable draws from one law; on lookup drafts it
 (0.294, 0.706) where p = (0.5, 0.5). So a node runs K-SEQ only when every survivor carries the
 same q row (true for i.i.d. drafts sharing a prefix, and for duplicated lookup drafts: k copies
 of one token are k i.i.d. draws from its one-hot law). Otherwise it runs per-draft recursive
-rejection (SpecInfer, Miao et al. 2024 §4; ALGORITHMS.md §2.1) with each survivor's own q row,
-which is lossless whenever each candidate's q is its law given the earlier ones. Either rule
+rejection (SpecInfer, Miao et al. 2024 §4; docs/verifiers/specinfer.md) with each survivor's own
+q row, which is lossless whenever each candidate's q is its law given the earlier ones. Either rule
 emits exactly p(.|prefix) at the node, so the walk below stays lossless.
 """
 

@@ -2,9 +2,9 @@
 
 Lin, Sheng, Cai, Zhou, "SpecTr-GBV: Multi-Draft Block Verification Accelerating Speculative
 Decoding", arXiv 2604.25925, Algorithm 1, Eq. 2 (sub-block acceptance) and Eq. 4 (residual), in
-the form of the official code (ALGORITHMS.md §5.1; notation p = target, q = draft). Ported so the
-paper's experiments can be reproduced; it is NOT distribution-preserving (§5.3 and this repo's
-exact checker: first-token bias for K >= 2, multi-token bias at K = 1 without the §4.1 fix-up).
+the form of the official code (docs/verifiers/spectr_gbv.md; notation p = target, q = draft). Ported
+so the paper's experiments can be reproduced; it is NOT distribution-preserving (this repo's exact
+checker: first-token bias for K >= 2, multi-token bias at K = 1 without greedy_block's fix-up).
 
 With joint probabilities along a block z, r(z) = min(1, q(z)/p(z)), A(z) = p(z)[1 - (1-r(z))^K]
 and C(z) = 1 - (1 - q(z))^K:

@@ -1,7 +1,8 @@
 """Traversal verification of K i.i.d. drafts merged into a token tree (rule B).
 
 Weng, Hu, Chen, Liu, Mei, Qiu, Tian, Shi, "Traversal Verification for Speculative Tree
-Decoding", NeurIPS 2025 (arXiv 2505.12398), Algorithm 3, as specified in ALGORITHMS.md §7.3.
+Decoding", NeurIPS 2025 (arXiv 2505.12398), Algorithm 3, as specified in
+docs/verifiers/traversal.md.
 Token-level tree verification (SpecInfer) decides each node from its own ratio; traversal
 verification tests whole root-to-leaf paths, leaves first (post-order), with the sequence-level
 weight of block verification:

@@ -7,13 +7,13 @@ Everything the decode loop does per token counts here (the jitted ``while_loop``
 EOS checks and bookkeeping), but compilation does not (``generate`` reports it apart). The
 prompt is one short HumanEval suite prompt, so prefill is a small share of the wall time; its
 share is removed by timing a 1-token run of the same prompt and subtracting; the median over
-``--reps`` such pairs is reported (single runs on a shared 2-core VM vary by ~10 %). The floor
+``--reps`` such pairs is reported (single runs on a shared 2-core machine vary by ~10 %). The floor
 is the float32 bytes of the weights a token streams (``streamed_params``) over the all-core
 copy bandwidth measured in the same run (before and after, the higher kept). For int8 weights
 (``models.quant``) the floor counts 1 byte per streamed parameter, so each row is judged
 against the bytes its own format has to read. "read ceiling / measured" judges the same bytes
-against the all-core read-only stream (``decode_speed.read_bandwidth``): on VMs where a core's
-reads are bound by its outstanding misses (the Intel Xeons these sessions drew) no decode step
+against the all-core read-only stream (``decode_speed.read_bandwidth``): on CPUs where a core's
+reads are bound by its outstanding misses (seen on 2-core Intel Xeons) no decode step
 can beat that, whatever the copy moves.
 """
 

@@ -13,8 +13,9 @@ Both machine limits are measured here, before the models, with all cores:
   bytes, best of several), the STREAM "copy" kernel;
 - FLOP/s: a large jitted float32 matmul (best of the compile settings the decoder may use);
 - the pure-read ceiling: a max over 1 GiB split the same way. It is not the roofline, but it
-  is printed beside it ("read ceiling / best"): on some VMs reads alone stop well below the
-  copy's bandwidth (27.5 vs 41.6 GB/s on a 2-vCPU Xeon), which no weight-streaming pass can beat.
+  is printed beside it ("read ceiling / best"): on some CPUs reads alone stop well below the
+  copy's bandwidth (27.5 vs 41.6 GB/s on a 2-core Intel Xeon), which no weight-streaming pass
+  can beat.
 
 Passes, each the median of ``--reps`` calls after warm-up with the cache holding a 128-token
 prompt: decode (1 token) at batch 1, 4 and 16 (``jax.vmap``, as the engine batches), tree
@@ -84,8 +85,8 @@ def read_bandwidth(threads: int | None = None, gib: float = 1.0, reps: int = 7) 
     A decode step only reads its weights, so this is the pure-read ceiling, reported beside
     the copy figure (which stays the roofline the issue judges by). NumPy's max is a SIMD
     reduction that keeps up with memory: it reads as fast as a hand-written AVX-512 loop did on
-    the same VM (27-32 GB/s on 2 cores), where ``sum`` (pairwise, ~14 GB/s a thread even from
-    cache) did not. On some VMs the read ceiling is well under the copy figure (reads are
+    a 2-core Intel Xeon (27-32 GB/s), where ``sum`` (pairwise, ~14 GB/s a thread even from
+    cache) did not. On some CPUs the read ceiling is well under the copy figure (reads are
     bound by each core's outstanding misses, a copy's streaming stores are not).
     """
     src = np.ones(int(gib * (1 << 30)) // 4, np.float32)

@@ -354,7 +354,7 @@ def table(rows: list[dict], skipped: list[str], head: str, notes: list[str] = ()
 
 def versions() -> str:
     """The engines' package versions: a peer's speed moves with its release and build (HF's
-    float32 decode ran 2.6x faster on one VM than on another, see the README)."""
+    float32 decode ran 2.6x faster on one machine than on another: peers_cpu*.md)."""
     found = []
     for package in ("jax", "jaxlib", "torch", "transformers", "llama_cpp_python"):
         try:

@@ -2,9 +2,9 @@
 
 Why: a verifier is only worth its extra accepted tokens if its own cost stays small next to the
 target's verify pass (SpecTr-GBV reports ~53% less verification overhead than SpecTr's per-node
-bisection; ALGORITHMS.md §5.1). This times ``jax.jit(verifier)`` on random laws at V = 151,936
-(the Qwen2 vocabulary), K drafts of length L, and reports the median wall time of repeated calls
-after a warm-up compile, optionally as a percentage of a given target verify pass.
+bisection; docs/verifiers/spectr_gbv.md). This times ``jax.jit(verifier)`` on random laws at
+V = 151,936 (the Qwen2 vocabulary), K drafts of length L, and reports the median wall time of
+repeated calls after a warm-up compile, optionally as a percentage of a given target verify pass.
 
 Inputs are random softmax laws: draft logits ~ N(0, 2^2), target logits = draft logits +
 N(0, 1), so acceptance is neither ~0 nor ~1; drafts are sampled from q, and every draft shares
@@ -14,7 +14,7 @@ cost of most verifiers; the few with data-dependent loops see typical acceptance
     python -m experiments.benchmarks.verify_cost [--tree-ms 850] [--K 4 8] [--L 8] [--calls 20]
         [--out paper_repro/results/verify_cost.md]
 
-Budget (issue 9): every verifier within 5 % of the target's tree pass at K = 4, L = 8. The tree
+Budget: every verifier within 5 % of the target's tree pass at K = 4, L = 8. The tree
 pass defaults to the Qwen2.5-Coder-1.5B tree(K=4, L=8) row of the committed decode_speed results
 (``paper_repro/results/decode_speed_cpu.json``, measured on this machine); ``--tree-ms`` overrides
 it, and the table names its source. Times on a shared machine rise with its load, so the 1-minute

@@ -2,7 +2,7 @@
 
 Why compiled kernels at all: XLA:CPU has no fused "int8 weights x float32 rows" dot; every
 form written in ``jnp`` either writes a float32 copy of the weights first (~9x slower than
-float32, ``../shared/PERF_NOTES.md``) or quantizes the activations too (W8A8, which moved
+float32, ``docs/decoder.md``) or quantizes the activations too (W8A8, which moved
 greedy decoding off float32 on 2.3 % of positions). And its float32 dot is slow for the few
 rows of a decode or tree pass (13-24 GB/s of weights). ``packed_dot.cc`` multiplies weights
 packed by blocks of outputs (int8 or float32) with a tile of rows. The kernels are registered
@@ -54,8 +54,8 @@ PREFETCH_LEVELS = ("l1", "l2")
 
 def prefetch_level() -> str:
     """``SPECJAX_KERNEL_PREFETCH`` if set, else the form measured best for this CPU's vendor:
-    L2 on Intel (a Xeon VM: 9-row matmuls ~10 % faster), L1 elsewhere (what the Zen 5 table was
-    measured with). The variable is there so a new machine can be tried both ways; it is read
+    L2 on Intel (9-row matmuls ~10 % faster there), L1 elsewhere (the form that measured best on
+    AMD). The variable is there so a new machine can be tried both ways; it is read
     when the kernels are first built in a process."""
     level = os.environ.get("SPECJAX_KERNEL_PREFETCH", "").strip().lower()
     if not level:

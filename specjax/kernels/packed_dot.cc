@@ -58,10 +58,10 @@ struct Problem {
 };
 
 // Software prefetch of every cache line of the block's column kAhead columns on. The build
-// (specjax.kernels.prefetch_level) asks for L2 on Intel: on a Xeon VM (family 6 model 167)
+// (specjax.kernels.prefetch_level) asks for L2 on Intel: on an Intel Xeon (family 6 model 167)
 // that took the decode matmuls from 213 to 201 ms on Qwen 1.5B and the 9-row tree matmuls from
 // 241 to 217 ms (L1 at 32 or 64 columns: no change; non-temporal: 2x slower). Elsewhere L1 at
-// 32 columns, the form measured on Zen 5.
+// 32 columns, the form that measured best on AMD (Zen 5).
 #ifdef SPECJAX_PREFETCH_L2
 constexpr int64_t kAhead = 64;
 #define SPECJAX_PREFETCH_HINT _MM_HINT_T1

@@ -5,7 +5,7 @@ on the q/k/v projections): RMSNorm (Zhang & Sennrich 2019), rotary position embe
 half-split ("NEOX") layout (Su et al. 2021, eq. 34 with the pairs (i, i + hd/2)), grouped-query
 attention (Ainslie et al. 2023), SwiGLU MLP (Shazeer 2020, eq. 6).
 
-Speed on XLA:CPU decides the layout (``../shared/PERF_NOTES.md``, re-measured in
+Speed on XLA:CPU decides the layout (``docs/decoder.md``, re-measured in
 ``experiments/benchmarks/decode_speed.py``):
 
 - **One array per layer and per weight, and a Python-unrolled layer loop.** A ``lax.scan`` over

@@ -6,7 +6,7 @@
 - ``batch``: roofline ridge, goodput versus batch size, lookahead policy k*(B) [DERIVED].
 - ``simulation`` (imported explicitly; uses JAX): Monte Carlo check of E[n] with a real verifier.
 
-Derivations, source tags and reference numbers: THEORY.md. Invalid arguments raise ValueError
+Derivations, source tags and reference numbers: docs/theory.md. Invalid arguments raise ValueError
 naming the argument (α ∉ [0, 1], k < 0, c <= 0, ...).
 """
 

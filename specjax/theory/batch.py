@@ -3,7 +3,7 @@
 Leviathan's f(k) assumes verifying k + 1 positions costs one target forward, which holds only
 while a forward is memory bound. With batch B the verify pass processes B·(k+1) tokens; once that
 crosses the roofline ridge n* = F·b/(2·BW) the pass becomes compute bound and its time grows
-linearly (THEORY.md §5).
+linearly (docs/theory.md).
 
 Model (per decoding step, t₀ = one memory-bound target forward):
 - AR step:      t₀ · max(1, B/n*)
@@ -82,7 +82,7 @@ def goodput(batch, alpha, k, c, *, ridge):
 
 
 def batch_speedup(batch, alpha, k, c, *, ridge):
-    """S(B, k): goodput over autoregressive goodput at the same batch (THEORY.md §5)."""
+    """S(B, k): goodput over autoregressive goodput at the same batch (docs/theory.md)."""
     _, n_mean, ar, spec = _step_costs(batch, alpha, k, c, ridge)
     return scalar_or_array(n_mean * ar / spec)
 

@@ -1,6 +1,6 @@
 """The lookahead that maximises Leviathan's walltime improvement, in closed form.
 
-Leviathan et al. (arXiv 2211.17192) §3.5 choose γ numerically. THEORY.md §2 derives the
+Leviathan et al. (arXiv 2211.17192) §3.5 choose γ numerically. docs/theory.md derives the
 continuous optimum of f(γ) = (1 − α^(γ+1)) / ((1 − α)(cγ + 1)) [DERIVED]: with L = −ln α the
 stationarity condition L α^(γ+1) (cγ + 1) = c (1 − α^(γ+1)) becomes w e^w = −α^(1/c−1)/e with
 w < −1, so
@@ -10,7 +10,7 @@ w < −1, so
 Numerically we solve v − ln v = m, m = 1 + L(1/c − 1), v = −W₋₁(−e^(−m)), and return
 γ* = ln(v)/L − 1, which avoids the cancellation of the first form. scipy's ``lambertw`` (default
 tol 1e-8, NaN with tighter tol) only seeds Newton's method on t = v − 1,
-t − log1p(t) = m − 1, which then converges to float64 precision (THEORY.md §2 "Numerics").
+t − log1p(t) = m − 1, which then converges to float64 precision (docs/theory.md).
 
 f is quasi-concave on γ >= 0, so the best integer lookahead is among {0, ⌊γ*⌋, ⌈γ*⌉}.
 """

@@ -1,7 +1,7 @@
 """SDSL: throughput-optimal draft size from pre-training hyperparameters, rebuilt.
 
 Bozorgkhoo & Molybog, "Speculative Decoding Scaling Laws" (arXiv 2603.11053). What is known and
-how (THEORY.md §3–4):
+how (docs/theory.md):
 - [SRC] (abstract, §1): an analytic law links the pre-training hyperparameters of draft and
   target to the throughput of speculative decoding, to pick the draft size before pre-training,
   assuming both are trained on similar data.
@@ -99,7 +99,7 @@ def fit_acceptance(draft_ppl, target_ppl, alpha) -> AcceptanceFit:
     """Ordinary least squares of α on [draft PPL, target PPL, 1], as SDSL's plane [2ND].
 
     Pass raw perplexities (not log-PPL or loss): that is the unit SDSL reportedly used [2ND],
-    and the only one under which its coefficients produce the N* law (THEORY.md §3).
+    and the only one under which its coefficients produce the N* law (docs/theory.md).
     """
     x = check_positive(draft_ppl, "draft_ppl").ravel()
     y = check_positive(target_ppl, "target_ppl").ravel()
@@ -120,13 +120,13 @@ def fit_acceptance(draft_ppl, target_ppl, alpha) -> AcceptanceFit:
 
 def predicted_acceptance(N, M, *, D=1e12, D_prime=1e12, coeffs=SDSL_2ND, ppl_law=CHINCHILLA,
                          eps: float = ALPHA_CLIP):
-    """α(N, M) = clip(plane(PPL(N, D), PPL(M, D′)), ε, 1 − ε) [DERIVED pipeline, §4 step 2]."""
+    """α(N, M) = clip(plane(PPL(N, D), PPL(M, D′)), ε, 1 − ε) [DERIVED pipeline, step 2]."""
     alpha = coeffs(ppl_law.perplexity(N, D), ppl_law.perplexity(M, D_prime))
     return scalar_or_array(np.clip(alpha, eps, 1 - eps))
 
 
 def throughput_per_flop(N, M, alpha, k=None):
-    """Tokens per FLOP, T = f(k; α, c = N/M) / (2M) [DERIVED, §4 step 3].
+    """Tokens per FLOP, T = f(k; α, c = N/M) / (2M) [DERIVED, step 3].
 
     ``k=None`` uses the continuous throughput-optimal lookahead γ* (as SDSL does [2ND]);
     otherwise the given lookahead. 2M·T is the FLOP speedup over autoregressive decoding.
@@ -150,7 +150,7 @@ def _best_throughput(N, M, D, D_prime, coeffs, ppl_law, integer_k, k_max):
 def optimal_draft_size(target_params, *, D=1e12, D_prime=1e12, coeffs=SDSL_2ND,
                        ppl_law=CHINCHILLA, integer_k: bool = False, k_max: int = 64,
                        n_min: float = 1e6, grid: int = 256):
-    """N*(M, D, D′) = argmax_N T [DERIVED, §4 step 4]; D, D′ are the draft/target data tokens.
+    """N*(M, D, D′) = argmax_N T [DERIVED, step 4]; D, D′ are the draft/target data tokens.
 
     A coarse grid over ln N in [ln n_min, ln M] locates the maximum, then a bounded scalar search
     refines it between the neighbouring grid points (T need not be unimodal for every plane).
@@ -187,7 +187,7 @@ def optimal_draft_size(target_params, *, D=1e12, D_prime=1e12, coeffs=SDSL_2ND,
 def fit_draft_size_law(targets, data_sizes, **options) -> tuple[float, float]:
     """(μ, M₀) of the pooled least-squares line N* = μ·M + M₀ over targets × D × D′.
 
-    THEORY.md §4's grid: targets {13, 14, 30, 32, 36, 66, 70, 72, 110}B, D, D′ in
+    The rebuild's grid (docs/theory.md): targets {13, 14, 30, 32, 36, 66, 70, 72, 110}B, D, D′ in
     {3e11, 1e12, 2e12, 1.5e13}. Compare with ``N_STAR_LAW`` [2ND].
     """
     M, D, Dp = np.meshgrid(as_float_array(targets, "targets"),

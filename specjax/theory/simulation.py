@@ -3,7 +3,7 @@
 Leviathan's E[n] = (1 − α^(k+1))/(1 − α) assumes i.i.d. acceptances. On V = 2 with target
 p = ((2−α)/2, α/2) and draft q = (α/2, (2−α)/2) at every context, Σ min(p, q) = α exactly, so the
 assumption holds and the formula is exact: a real verifier run on this pair must reproduce it up
-to sampling error (THEORY.md §6). Drafts are sampled from q in JAX and the verifier (any object
+to sampling error (docs/theory.md). Drafts are sampled from q in JAX and the verifier (any object
 following ``algorithms.verifiers.base.Verifier``; passed in, never imported here) is vmapped over
 keys, exactly as in the decode loop. This module needs JAX, so ``specjax.theory`` does not import
 it.

@@ -59,7 +59,7 @@ def lead_law_for_all(base: type) -> type:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class KSEQEverywhere(SpecTrVerifier):
     """SpecTr before the draft-structure fix: K-SEQ with the lead draft's q at every node, even
-    when the survivors' q rows differ (lookup drafts). Issue 10: TV 0.146 on a V = 3 toy."""
+    when the survivors' q rows differ (lookup drafts): TV 0.146 on a V = 3 toy."""
 
     lossless: ClassVar[bool] = False
 
@@ -157,7 +157,7 @@ def correction_is_target(base: type) -> type:
 
 
 def cumprod_acceptance(drafts, q, p):
-    """SpecTr-GBV's h before issue 10: joints by ``cumprod`` in linear space, divisions unguarded
+    """SpecTr-GBV's h in a naive form: joints by ``cumprod`` in linear space, divisions unguarded
     at t = L. Underflows at L = 12 with small token probabilities (h = 1, then NaN)."""
     from algorithms.verifiers.base import safe_ratio
     from algorithms.verifiers.spectr_gbv import one_minus_pow

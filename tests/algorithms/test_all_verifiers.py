@@ -1,5 +1,5 @@
 """Contract tests run against every registered verifier (``list_verifiers()``), so a new verifier
-file is covered the moment it exists: temperature-0 behaviour (ALGORITHMS.md §0), structural
+file is covered the moment it exists: temperature-0 behaviour (docs/concepts.md), structural
 properties of the Verdict on random laws, a fixed-shape state, bad-input errors, and exact
 losslessness of the ones that claim it."""
 

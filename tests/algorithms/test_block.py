@@ -1,4 +1,5 @@
-"""Block verification (ALGORITHMS.md §4): exact losslessness, §8 numbers, Monte Carlo, mutants."""
+"""Block verification (docs/verifiers/block.md): exact losslessness, the numbers, Monte Carlo,
+mutants."""
 
 import dataclasses
 import itertools
@@ -54,13 +55,13 @@ def test_exactly_lossless_on_adversarial_pairs(name, V, L):
 
 @pytest.mark.parametrize("L, expected", [(2, 11 / 9), (3, 1.666667)])
 def test_expected_tau_on_the_example(L, expected):
-    """ALGORITHMS.md §4 motivating example and §8 table."""
+    """The running example (docs/verifiers/block.md)."""
     P, Q = example_pair()
     assert expected_tau(iteration_law(block_law, P, Q, L=L)) == pytest.approx(expected, abs=1e-6)
 
 
 def _expected_weight_sum(P, Q, L):
-    """sum_i E_{X~q}[w_i], with w computed here independently (ALGORITHMS.md §4 identity)."""
+    """sum_i E_{X~q}[w_i], with w computed here independently (docs/verifiers/block.md)."""
     total = 0.0
     for x, prob in enumerate_blocks(Q, (), L):
         w = 1.0

@@ -1,5 +1,5 @@
-"""Optimal multi-draft acceptance (Hu et al. 2025) and the membership-OT block bound (§5.3, §7.1),
-and the property that no lossless verifier beats the bound."""
+"""Optimal multi-draft acceptance (Hu et al. 2025) and the membership-OT block bound
+(docs/verifiers/bounds.md), and the property that no lossless verifier beats the bound."""
 
 import importlib.util
 import itertools
@@ -60,7 +60,7 @@ def test_one_draft_optimum_is_one_minus_tv(seed):
 
 @pytest.mark.parametrize("K, expected", [(1, 2 / 3), (2, 0.888889), (3, 1.0), (4, 1.0)])
 def test_optimum_on_the_example(K, expected):
-    """ALGORITHMS.md §3.1 table 'optimum' column, §7.1 and §8."""
+    """docs/verifiers/bounds.md: alpha* on the running example."""
     P, Q = example_pair()
     assert optimal_acceptance(P(()), Q(()), K) == pytest.approx(expected, abs=1e-6)
 
@@ -68,7 +68,7 @@ def test_optimum_on_the_example(K, expected):
 @pytest.mark.parametrize("seed", range(8))
 def test_rrs_and_kseq_within_their_guarantees(seed):
     """Single token: RRS and K-SEQ never exceed alpha*, and K-SEQ reaches at least
-    (1 - (1 - 1/K)^K) alpha* (SpecTr's K-SEQ guarantee, ALGORITHMS.md §3)."""
+    (1 - (1 - 1/K)^K) alpha* (SpecTr's K-SEQ guarantee, docs/verifiers/spectr.md)."""
     P, Q = random_pair(2 + seed % 3, seed)
     p, q = P(()), Q(())
     for K in (2, 3, 4):
@@ -82,7 +82,7 @@ def test_rrs_and_kseq_within_their_guarantees(seed):
 @pytest.mark.parametrize("K, expected", [(1, 1.333333), (2, 1.654321), (3, 1.853224),
                                          (4, 1.931260)])
 def test_block_bound_on_the_example(K, expected):
-    """ALGORITHMS.md §7.3 table, 'bound' column (L = 2)."""
+    """docs/verifiers/bounds.md: the block bound on the running example (L = 2)."""
     P, Q = example_pair()
     assert block_bound(P, Q, L=2, K=K) == pytest.approx(expected, abs=1e-6)
 

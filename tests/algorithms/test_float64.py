@@ -1,6 +1,6 @@
 """Every registered verifier traces and runs under ``jax_enable_x64`` with float64 laws, and
-matches its exact law by Monte Carlo in float64 (issue 10 item 4). Before this, SpecInfer did
-not trace under x64 (int32/int64 scan carries), so no kernel had been compared in float64."""
+matches its exact law by Monte Carlo in float64: a kernel can trace in float32 yet fail under
+x64 (int32/int64 scan carries), and its float64 law is part of the lossless claim."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,6 @@
-"""Greedy block verification + fix-up (ALGORITHMS.md §4.1): exact losslessness with state, the
-biased fixup=False variant, §4/§4.1/§8 numbers, and Monte Carlo of the stateful JAX kernel."""
+"""Greedy block verification + fix-up (docs/verifiers/greedy_block.md): exact losslessness with
+state, the biased fixup=False variant, the documented numbers, and Monte Carlo of the stateful
+JAX kernel."""
 
 import dataclasses
 import functools
@@ -63,7 +64,7 @@ def test_without_fixup_is_biased():
     tv = lossless_tv(no_fixup, P, Q, L=2, N=5)
     print(f"greedy_block fixup=False TV example L=2 N=5: {tv:.6f}")
     assert tv > 1e-3
-    # ... yet the first token alone is exactly p-distributed (ALGORITHMS.md §5.3, K=1).
+    # ... yet the first token alone is exactly p-distributed (docs/verifiers/spectr_gbv.md, K=1).
     assert lossless_tv(no_fixup, P, Q, L=2, N=1) <= 1e-12
     assert GreedyBlockVerifier(fixup=False).lossless is False
     assert GreedyBlockVerifier().lossless is True
@@ -93,7 +94,7 @@ def test_exact_check_catches_a_wrong_fixup_weight():
     (3, 1.407407, 1.666667, 1.851852),
 ])
 def test_expected_tau_on_the_example(L, token, block, greedy):
-    """ALGORITHMS.md §4 motivating example and §8 table (token < BV < greedy)."""
+    """The running example, docs/verifiers/index.md (token < BV < greedy)."""
     P, Q = example_pair()
     for law, expected in [(token_law, token), (block_law, block), (greedy_block_law, greedy)]:
         got = expected_tau(iteration_law(law, P, Q, L=L))
@@ -102,7 +103,7 @@ def test_expected_tau_on_the_example(L, token, block, greedy):
 
 
 def test_cumulative_emitted_table():
-    """ALGORITHMS.md §4.1 table: GBV wins the first iteration, BV wins from the third."""
+    """docs/verifiers/greedy_block.md: GBV wins the first iteration, BV wins from the third."""
     P, Q = example_pair()
     table = {greedy_block_law: (2.3333, 4.4444, 6.5556), block_law: (2.2222, 4.4444, 6.6667),
              token_law: (2.1111, 4.2222, 6.3333)}

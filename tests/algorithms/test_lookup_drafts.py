@@ -1,6 +1,6 @@
 """Lookup (deterministic, non-i.i.d.) drafts: exact losslessness of every multi-draft verifier
 that lists DETERMINISTIC in its draft structures, Monte Carlo of the JAX kernels on a fixed draft
-set, and the mutants both checks must reject (issue 10 items 1-2)."""
+set, and the mutants both checks must reject."""
 
 import pytest
 from mutants import KSEQEverywhere, lead_law_for_all, spectr_kseq_everywhere_fixed

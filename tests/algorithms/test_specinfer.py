@@ -60,7 +60,7 @@ def test_one_draft_is_token_verification(V, L, seed, replacement):
 @pytest.mark.parametrize("K, L, expected", [(2, 1, 0.777778), (3, 1, 0.851852), (2, 2, 1.333333),
                                             (3, 2, 1.491084), (4, 2, 1.604481)])
 def test_expected_tau_on_the_example(K, L, expected):
-    """ALGORITHMS.md §2.2, §7.3 table and §8."""
+    """docs/verifiers/specinfer.md, running example."""
     P, Q = example_pair()
     assert expected_tau(iteration_law(specinfer_law, P, Q, L=L, K=K)) == pytest.approx(
         expected, abs=1e-6)
@@ -69,7 +69,7 @@ def test_expected_tau_on_the_example(K, L, expected):
 @pytest.mark.parametrize("seed, K, expected", [(0, 2, 1.1160), (0, 3, 1.3383), (2, 4, 1.4578),
                                                (4, 3, 0.7642)])
 def test_expected_tau_on_the_random_pairs_table(seed, K, expected):
-    """ALGORITHMS.md §7.3, 'E[tau], 5 random pairs' (V = 3, L = 2), SpecInfer column."""
+    """docs/verifiers/specinfer.md, random pairs (V = 3, L = 2)."""
     P, Q = random_pair(3, seed)
     assert expected_tau(iteration_law(specinfer_law, P, Q, L=2, K=K)) == pytest.approx(
         expected, abs=5e-5)
@@ -170,7 +170,7 @@ def test_duplicate_tokens_and_survivors():
 
 def test_rejects_bad_inputs():
     with pytest.raises(ValueError, match="bad options"):
-        get_verifier("specinfer", replacement=False)  # not a kernel option (issue 10)
+        get_verifier("specinfer", replacement=False)  # not a kernel option
     with pytest.raises(ValueError, match="replacement must be True or False"):
         specinfer_law(*example_pair(), (), L=1, K=1, replacement=0)
     v = get_verifier("specinfer")

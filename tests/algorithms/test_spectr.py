@@ -30,7 +30,7 @@ FPR = 1e-6  # false-positive rate of every Monte Carlo test
 COMBOS = list(itertools.product((2, 3), (1, 2, 3), (1, 2)))  # (V, K, L)
 CASES = [(*COMBOS[s % len(COMBOS)], s) for s in range(24)]  # every combination, two seeds
 EXAMPLE_P, EXAMPLE_Q = np.array([1 / 3, 2 / 3]), np.array([2 / 3, 1 / 3])
-# ALGORITHMS.md §3.1 table: K -> (rho*, beta, acceptance)
+# docs/verifiers/spectr.md K-SEQ table: K -> (rho*, beta, acceptance)
 KSEQ_TABLE = {2: (1.434259, 0.565741, 0.811420), 3: (1.689729, 0.530604, 0.896576),
               4: (1.834110, 0.515075, 0.944703)}
 
@@ -96,7 +96,7 @@ def test_jax_bisection_on_random_laws(seed):
 @pytest.mark.parametrize("K, L, expected", [(2, 2, 1.405487), (3, 2, 1.593306),
                                             (4, 2, 1.712385), (2, 3, 1.821025)])
 def test_expected_tau_on_the_example(K, L, expected):
-    """ALGORITHMS.md §3.2, §7.3 tables and §8."""
+    """docs/verifiers/spectr.md, running example."""
     P, Q = example_pair()
     assert expected_tau(iteration_law(spectr_law, P, Q, L=L, K=K)) == pytest.approx(
         expected, abs=1e-6)
@@ -105,7 +105,7 @@ def test_expected_tau_on_the_example(K, L, expected):
 @pytest.mark.parametrize("seed, K, expected", [(0, 2, 1.1442), (1, 3, 0.8846), (2, 4, 1.5357),
                                                (3, 3, 1.1351)])
 def test_expected_tau_on_the_random_pairs_table(seed, K, expected):
-    """ALGORITHMS.md §7.3, 'E[tau], 5 random pairs' (V = 3, L = 2), SpecTr column."""
+    """docs/verifiers/spectr.md, random pairs (V = 3, L = 2)."""
     P, Q = random_pair(3, seed)
     assert expected_tau(iteration_law(spectr_law, P, Q, L=2, K=K)) == pytest.approx(
         expected, abs=5e-5)

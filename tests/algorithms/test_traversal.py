@@ -62,7 +62,7 @@ def test_k1_is_block_verification_and_l1_is_specinfer(seed):
     (3, [1.666667, 1.941015, 2.137784, 2.281504]),
 ])
 def test_expected_tau_on_the_example(L, row):
-    """ALGORITHMS.md §7.3 tables (K = 1..4); L = 1, K = 1 is token verification's 2/3."""
+    """docs/verifiers/traversal.md table (K = 1..4); L = 1, K = 1 is token verification's 2/3."""
     P, Q = example_pair()
     got = [expected_tau(iteration_law(traversal_law, P, Q, L=L, K=K)) for K in (1, 2, 3, 4)]
     assert got == pytest.approx(row, abs=1e-6)

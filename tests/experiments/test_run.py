@@ -106,7 +106,7 @@ INVALID = [
     (["max_new_tokens=0"], "max_new_tokens"),
     (["dataset.n=0"], "dataset.n"),
     (["drafter.K=3"], "drafter.K"),  # token verifier: max_drafts = 1
-    # lookup drafts are not i.i.d.: a verifier not defined for them is refused (issue 10)
+    # lookup drafts are not i.i.d.: a verifier not defined for them is refused
     (["drafter=ngram", "drafter.K=3", "verifier=spectr_gbv"], "verifier"),
     (["model.draft=toy-draft-v8"], "model.draft"),  # V=8 draft for a V=4 target
     (["model.target=toy-unknown"], "model.target"),

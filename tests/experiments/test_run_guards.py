@@ -1,4 +1,4 @@
-"""specjax-run input guards (issue 10, item 9): one error line and exit code 2, and a sweep that
+"""specjax-run input guards: one error line and exit code 2, and a sweep that
 survives SIGKILL: rerun, it finishes with every run's lines exactly once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 11's paper tables on the toy pair: Table 1 end to end (tiny preset), resume, CIs, the
+"""The paper tables on the toy pair: Table 1 end to end (tiny preset), resume, CIs, the
 lossless column, the gap to the optimum; the repo table and ablations on synthetic cells (the real
 tiny runs are marked slow); preset resolution for the Qwen pair without loading it."""
 

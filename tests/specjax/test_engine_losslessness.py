@@ -152,7 +152,7 @@ def test_sampled_lookup_drafts_match_target(name):
 
 def test_sampled_lookup_drafts_catch_kseq_on_lookup():
     """SpecTr's pre-fix rule (K-SEQ with the lead draft's q on distinct lookup drafts) must fail
-    the same end-to-end test (issue 10 measured chi-square p ~ 3e-102 for it)."""
+    the same end-to-end test (it measured chi-square p ~ 3e-102)."""
     import sys
     from pathlib import Path
 

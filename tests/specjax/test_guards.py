@@ -1,4 +1,4 @@
-"""Input guards of ``specjax.generate`` (issue 10, item 9): each is one ``ValueError`` line.
+"""Input guards of ``specjax.generate``: each is one ``ValueError`` line.
 
 - A prompt that does not fit the model's context with ``max_new_tokens`` is refused before
   anything compiles.

@@ -1,5 +1,5 @@
 """Every (drafter, verifier) pair: lossless with exact coverage for its draft structure, a
-declared lossy port, or refused before compiling (issue 10 item 1)."""
+declared lossy port, or refused before compiling."""
 
 import pytest
 

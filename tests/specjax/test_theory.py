@@ -1,6 +1,7 @@
-"""specjax.theory against THEORY.md's reference numbers and independent brute force / root finding.
+"""specjax.theory against docs/theory.md's reference numbers and independent brute force / root
+finding.
 
-Reference values come from THEORY.md (§1 Leviathan tables, §5 policy tables, §6 reference
+Reference values come from docs/theory.md (Leviathan tables, policy tables, reference
 values) or from computations written here independently of the code under test (naive float64
 formula, integer brute force, scipy brentq on f′).
 """
@@ -24,7 +25,7 @@ from specjax.theory import (
     speedup,
 )
 
-# THEORY.md §6 seed table (two decimals) and its exact column.
+# docs/theory.md seed table (two decimals) and its exact column.
 SEED_TABLE = {
     0.6: {2: (1.96, 1.96), 4: (2.31, 2.3056), 8: (2.47, 2.47480)},
     0.8: {2: (2.44, 2.44), 4: (3.36, 3.3616), 8: (4.33, 4.32891)},
@@ -38,7 +39,7 @@ def test_seed_table(alpha, k):
     two_decimals, exact = SEED_TABLE[alpha][k]
     value = expected_tokens(alpha, k)
     assert round(value, 2) == pytest.approx(two_decimals, abs=1e-12)
-    # THEORY.md's exact column truncates (2.4748057 is printed 2.47480), so allow 1e-5.
+    # The reference's exact column truncates (2.4748057 is printed 2.47480), so allow 1e-5.
     assert value == pytest.approx(exact, abs=1e-5)
     a = Fraction(alpha)  # the float α, as an exact rational: an independent computation
     assert value == pytest.approx(float((1 - a ** (k + 1)) / (1 - a)), rel=1e-14)
@@ -63,7 +64,7 @@ def test_other_scalar_references():
     assert theory.token_acceptance_rate(0.8, 4) == pytest.approx(0.5904, abs=1e-12)
     assert theory.token_acceptance_rate(0.9, 8) == pytest.approx(0.640724, abs=5e-7)
     assert theory.alpha_from_tar(0.5904, 4) == pytest.approx(0.8, abs=1e-12)
-    # ALGORITHMS.md example p = (1/3, 2/3), q = (2/3, 1/3): α = 2/3.
+    # The running example p = (1/3, 2/3), q = (2/3, 1/3): α = 2/3.
     assert acceptance_rate([1 / 3, 2 / 3], [2 / 3, 1 / 3]) == pytest.approx(2 / 3, abs=1e-15)
 
 
@@ -88,7 +89,7 @@ def test_limits_and_vectorisation():
     np.testing.assert_allclose(grid, naive, rtol=1e-13)
 
 
-# THEORY.md §6 γ* table: (α, c, γ*, f(γ*), k*, f(k*)).
+# docs/theory.md γ* table: (α, c, γ*, f(γ*), k*, f(k*)).
 GAMMA_TABLE = [
     (0.6, 0.05, 4.064804, 1.921420, 4, 1.921333), (0.7, 0.05, 5.480313, 2.357046, 6, 2.352938),
     (0.8, 0.01, 13.663065, 4.232106, 14, 4.231647), (0.8, 0.05, 7.856654, 3.092330, 8, 3.092080),
@@ -112,7 +113,7 @@ def test_gamma_star_table(alpha, c, gamma, f_gamma, k, f_k):
 
 @pytest.mark.parametrize("alpha, c, w", [(0.8, 0.05, -7.216033), (0.9, 0.05, -4.507619)])
 def test_closed_form_with_documented_w_values(alpha, c, w):
-    """γ* = (1 + W₋₁)/ln α − 1/c with THEORY.md's W₋₁ values (7 significant digits)."""
+    """γ* = (1 + W₋₁)/ln α − 1/c with the reference W₋₁ values (7 significant digits)."""
     assert optimal_k(alpha, c)[1] == pytest.approx((1 + w) / np.log(alpha) - 1 / c, abs=1e-5)
 
 
@@ -178,7 +179,7 @@ def test_ridge_numbers():
 
 
 BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-# THEORY.md §5 (H100, n* = 295.2, k ∈ [0, 32]).
+# docs/theory.md (H100, n* = 295.2, k ∈ [0, 32]).
 POLICIES = [
     (0.8, 0.05, [8] * 6 + [4, 2, 1, 0]),
     (0.6, 0.05, [4] * 6 + [3, 1, 0, 0]),
@@ -218,8 +219,8 @@ def test_sdsl_rebuild_reproduces_linear_law():
     mu, m0 = theory.fit_draft_size_law(theory.REBUILD_TARGETS, theory.REBUILD_DATA)
     assert mu == pytest.approx(2.66e-3, rel=0.05)
     assert m0 == pytest.approx(8.1e7, rel=0.10)
-    # ... and lies near SDSL's reported [2ND] law (THEORY.md: "within 2 % and 7 %"; the M₀ gap
-    # is 8.08e7 vs 8.71e7 = 7.2 %, so 7.5 % here).
+    # ... and lies near SDSL's reported [2ND] law (docs/theory.md: within 2 % and 7.2 %; the M₀
+    # gap is 8.08e7 vs 8.71e7 = 7.2 %, so 7.5 % here).
     assert mu == pytest.approx(theory.N_STAR_LAW[0], rel=0.02)
     assert m0 == pytest.approx(theory.N_STAR_LAW[1], rel=0.075)
 

@@ -1,7 +1,7 @@
 """Leviathan's E[n] against the real token verifier on the constant-acceptance pair.
 
 On V = 2 with p = ((2−α)/2, α/2), q = (α/2, (2−α)/2), Σ min(p, q) = α at every context, so the
-i.i.d. assumption behind E[n] = (1 − α^(k+1))/(1 − α) holds exactly (THEORY.md §6) and the mean
+i.i.d. assumption behind E[n] = (1 − α^(k+1))/(1 − α) holds exactly (docs/theory.md) and the mean
 tokens per iteration of ``get_verifier("token")`` must match it up to sampling error.
 
 False-positive reasoning: n is a capped geometric variable whose variance we compute exactly
