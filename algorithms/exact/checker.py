@@ -115,7 +115,8 @@ def expected_tau(one_iteration: dict[Emitted, float]) -> float:
 
 def cumulative_emitted(law: ExactLaw, P, Q, iterations: int, *, L: int, K: int = 1,
                        init_state: Hashable = ()) -> float:
-    """Expected number of tokens emitted after a fixed number of iterations (ALGORITHMS §4.1)."""
+    """Expected number of tokens emitted after a fixed number of iterations
+    (docs/verifiers/greedy_block.md)."""
     total = 0.0
 
     def rec(ctx, state, prob, depth):

@@ -84,7 +84,7 @@ def survivors_at(drafts: Drafts, z: tuple[int, ...]) -> list[int]:
 
 
 def specinfer_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
-    """RRS (§2.1) with per-draft one-hot laws; the walk stops when every trial fails."""
+    """RRS with per-draft one-hot laws; the walk stops when every trial fails."""
     L, V = len(drafts[0]), P.V
     out: dict = {}
 
@@ -110,7 +110,7 @@ def specinfer_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
 
 
 def spectr_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
-    """SpecTr's walk (§3.2): K-SEQ (§3.1) at a node whose survivors all carry the same one-hot
+    """SpecTr's walk: K-SEQ at a node whose survivors all carry the same one-hot
     q (they agree on the next token), per-draft RRS otherwise; continue while Y matches one."""
     L, V = len(drafts[0]), P.V
     out: dict = {}
@@ -153,7 +153,7 @@ def spectr_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
 
 
 def traversal_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
-    """Traversal verification (§7.3): post-order over the merged tree, every draft through u one
+    """Traversal verification: post-order over the merged tree, every draft through u one
     trial at u in draft-index order with its own s = one-hot, duplicates update the parent."""
     L, V = len(drafts[0]), P.V
 
@@ -185,7 +185,7 @@ def traversal_fixed(P, drafts: Drafts, ctx: Context = ()) -> dict:
 
 
 def multipath_fixed(P, drafts: Drafts, ctx: Context = (), *, order: str = "band") -> dict:
-    """Multi-path BV (§6) on lookup drafts: the selection is a function of the context (each
+    """Multi-path BV on lookup drafts: the selection is a function of the context (each
     node's order ranks a draft's token with that draft's own one-hot q), so the selected block is
     deterministic and block verification runs against its one-hot law. Any deterministic
     selection is lossless here; the ranks follow the verifier's so the Monte Carlo can compare."""

@@ -5,8 +5,8 @@ docs/verifiers/multipath_block.md describes the rule.
 Thomas & Pal, "Greedy Multi-Path Block Verification for Faster Decoding in Speculative
 Sampling", arXiv 2602.16961, as reconstructed in §6: a per-node total order on tokens induces a
 lexicographic order on blocks; the largest of K i.i.d. drafts is selected; its law is
-q^Γ(x | z) = [G(z,x)^K - (G(z,x) - q(z,x))^K] / [G(z)^K - (G(z) - q(z))^K]   (§6 step 3),
-and block verification (Sun et al., ICLR 2025, Eqs. 4-5; §4) runs on the selected path with q^Γ
+q^Γ(x | z) = [G(z,x)^K - (G(z,x) - q(z,x))^K] / [G(z)^K - (G(z) - q(z))^K],
+and block verification (Sun et al., ICLR 2025, Eqs. 4-5) runs on the selected path with q^Γ
 in place of q. BV is lossless for any draft law it is told the truth about, so the whole scheme
 is lossless with no cross-iteration state.
 
@@ -44,7 +44,7 @@ def node_order(p: np.ndarray, q: np.ndarray, order: str) -> np.ndarray:
 
 
 def pow_diff(a: np.ndarray, b: np.ndarray, K: int) -> np.ndarray:
-    """(a^K - b^K) / (a - b) = sum_i a^(K-1-i) b^i: a^K - b^K without cancellation (§6 step 4)."""
+    """(a^K - b^K) / (a - b) = sum_i a^(K-1-i) b^i: a^K - b^K without cancellation."""
     return sum(a ** (K - 1 - i) * b**i for i in range(K))
 
 

@@ -5,9 +5,9 @@ Enumerating all V^(K L) draft sets is too slow for K = 4, L = 3. It is also unne
 the accepted prefix, the verifier only ever looks at the survivors' tokens, and the survivors'
 continuations are drawn afresh by the drafting scheme given that prefix. So the law of the
 suffix emitted below a node depends only on (prefix, number of survivors m): at each node we
-enumerate the m survivors' next tokens (at most V^m combinations), run §2.1 on them with exact
-coin probabilities, and recurse into the accepted child with its survivor count. Results are
-memoised per (prefix, m).
+enumerate the m survivors' next tokens (at most V^m combinations), run the one-node rule on them
+with exact coin probabilities, and recurse into the accepted child with its survivor count. Results
+are memoised per (prefix, m).
 
 ``replacement=False`` enumerates the same candidates drawn by the without-replacement scheme of
 ``algorithms.verifiers.specinfer`` (in draft-index order, each draft of a group excludes the
@@ -43,7 +43,7 @@ def sequential_law(q: np.ndarray, drawn: tuple[int, ...]) -> np.ndarray:
 
 
 def without_replacement(q: np.ndarray, m: int) -> Iterator[Candidates]:
-    """m tokens drawn sequentially without replacement from q (RRSw, §2.3)."""
+    """m tokens drawn sequentially without replacement from q (RRSw)."""
     def rec(tokens, laws, prob):
         if len(tokens) == m:
             yield tokens, laws, prob

@@ -18,7 +18,7 @@ from algorithms.exact.checker import accumulate
 
 
 def kseq_beta(p: np.ndarray, q: np.ndarray, rho: float) -> float:
-    """beta(rho) = sum_x min(q(x), p(x)/rho), the single-trial acceptance mass (§3.1)."""
+    """beta(rho) = sum_x min(q(x), p(x)/rho), the single-trial acceptance mass."""
     return float(np.minimum(q, p / rho).sum())
 
 

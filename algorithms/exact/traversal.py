@@ -26,7 +26,7 @@ DEN_EPS = 1e-14
 
 
 def parent_update(w: float, r: np.ndarray, s: np.ndarray) -> tuple[float, np.ndarray]:
-    """Weight and target law of a node after one of its trials was rejected (§7.3 step 3)."""
+    """Weight and target law of a node after one of its trials was rejected (step 3 of the rule)."""
     res = np.maximum(w * r - s, 0.0)
     S = res.sum()
     den = S + 1.0 - w
@@ -41,7 +41,8 @@ def child_weight(w: float, r: np.ndarray, s: np.ndarray, x: int) -> float:
 def traversal_node_law(P, Q, ctx, u, w, m, L, *, update_duplicates=True):
     """({suffix emitted after u: prob}, P(u rejected)), averaged over the m drafts through u.
 
-    ``update_duplicates=False`` is the biased variant §7.3 warns about (kept for tests).
+    ``update_duplicates=False`` is the biased variant docs/verifiers/traversal.md warns about (kept
+    for tests).
     """
     if m == 0 or len(u) == L:  # a leaf: its own test, bonus/correction from r_u = p(.|u)
         r = P(ctx + u)
@@ -61,7 +62,7 @@ def traversal_node_law(P, Q, ctx, u, w, m, L, *, update_duplicates=True):
 
 
 def visit_trials(P, Q, ctx, u, w, r, s, seq, counts, L, update_duplicates):
-    """The §7.3 ``visit`` of node u for one realisation of the next tokens of its drafts."""
+    """The ``visit`` recursion of node u for one realisation of the next tokens of its drafts."""
     out: dict = {}
     reach = 1.0  # probability that every trial so far was rejected
     seen: set[int] = set()

@@ -19,7 +19,7 @@ Below the root every draft continues with tokens sampled from q given its own pr
 accepted draft's continuation is an ordinary single draft: block verification (Sun et al.,
 ICLR 2025, Eq. 4-5; ``block.py``) finishes the iteration. Both stages emit the target law, so
 the pair is lossless. On K i.i.d. drafts several drafts can share the accepted root token; their
-continuations are i.i.d. q-blocks, and SpecInfer's walk over them (§2.2) keeps the rule exact, so
+continuations are i.i.d. q-blocks, and SpecInfer's walk over them keeps the rule exact, so
 the verifier also takes i.i.d. drafts (RRS in any trial order is exact).
 The drafter must report each draft's true law in ``q`` (one-hot rows for fixed tokens, q_rest for
 the sampled one); specjax.drafters.greedy does.

@@ -14,9 +14,9 @@ exact ordering rule was not available):
    vocabulary (0.4-0.9 s per call at V = 151,936).
 2. The node orders induce a lexicographic order on blocks; select the largest of the K drafts.
 3. The selected block is not q-distributed. With G(z) the draft mass of blocks whose |z|-prefix is
-   <= z, its law is the law of the maximum of K i.i.d. draws (§6 step 3):
+   <= z, its law is the law of the maximum of K i.i.d. draws:
        q^Γ(x | z) = [G(z,x)^K - (G(z,x) - q(z,x))^K] / [G(z)^K - (G(z) - q(z))^K],
-   evaluated as (a - b) sum_i a^(K-1-i) b^i so nothing cancels (§6 step 4); q(z) cancels.
+   evaluated as (a - b) sum_i a^(K-1-i) b^i so nothing cancels; q(z) cancels.
 4. Run block verification (Sun et al., ICLR 2025, Eqs. 4-5; ``block.py``) on the selected path
    with q^Γ as the draft law. BV is lossless for the law its draft really has (its Thm 1), so the
    scheme is lossless in one iteration. K = 1 gives q^Γ = q, i.e. plain BV.
@@ -125,7 +125,7 @@ def select_largest(ranks: Int[Array, "K L"]) -> Int[Array, ""]:
 
 def skewed_draft_law(x: Int[Array, " L"], q: Float[Array, "L V"], key: Float[Array, "L V"],
                      K: int, order: str = "band") -> Float[Array, "L V"]:
-    """q^Γ(. | X_<i) for i = 1..L along the selected block x (§6 step 3)."""
+    """q^Γ(. | X_<i) for i = 1..L along the selected block x (step 3 above)."""
 
     def pow_diff(a, b):  # (a^K - b^K) / (a - b)
         return sum(a ** (K - 1 - j) * b**j for j in range(K))
@@ -163,7 +163,7 @@ class MultiPathBlockVerifier:
         return ()
 
     def selected_law(self, x, q_k, keys_k, K: int) -> Float[Array, "L V"]:
-        """The law the selected block really has (q^Γ, §6 step 3): what BV must be told."""
+        """The law the selected block really has (q^Γ, step 3 above): what BV must be told."""
         return skewed_draft_law(x, q_k, keys_k, K, self.order)
 
     def __call__(

@@ -5,12 +5,12 @@ Inference and Verification", ASPLOS 2024 (arXiv 2305.09781), multi-step speculat
 Jeon et al., "Recursive Speculative Decoding: Accelerating LLM Inference via Sampling Without
 Replacement", arXiv 2402.14160 (RRSw). Restated in docs/verifiers/specinfer.md.
 
-One tree node (§2.1): start from r = p(.|z); for each surviving draft k in draft-index order,
+One tree node: start from r = p(.|z); for each surviving draft k in draft-index order,
 accept its next token x_k with probability min(1, r(x_k) / q_k(x_k)); on rejection update
 r <- norm(max(r - q_k, 0)). Duplicated tokens are separate trials and still update r (a rejected
 token has r(x) = 0 afterwards, so its later duplicates are always rejected). If every trial
 fails, the correction is drawn from the final r and the iteration stops. After an acceptance the
-survivors are the drafts whose next token equals the accepted one (§2.2); with survivors at
+survivors are the drafts whose next token equals the accepted one; with survivors at
 depth L a bonus token is drawn from p(.|prefix).
 
 Why this is lossless: by induction from the last trial, the output law of "trials k.. then the
@@ -18,7 +18,7 @@ final residual" equals the current r whenever x_k is drawn from q_k given the ea
 candidates, so the node emits exactly p(.|z); the accepted child's survivors then draw their
 continuations by the same scheme, so the child emits p(.|z, x) in turn.
 
-RRSw (§2.3) changes only what the drafter hands in, so it is not an option of this class: the
+RRSw changes only what the drafter hands in, so it is not an option of this class: the
 same kernel verifies without-replacement drafts when ``q[k, t]`` is each draft's sequential law
 (no drafter in ``specjax.drafters`` produces them yet; the exact law's ``replacement=False`` and
 the RRSw Monte Carlo test cover the scheme). Sampling scheme:
@@ -71,7 +71,7 @@ class SpecInferVerifier:
         live: Bool[Array, " K"],
         u: Float[Array, " K"],
     ) -> tuple[Int[Array, ""], Float[Array, " V"]]:
-        """§2.1 at one node: (index of the accepted draft or -1, final residual r)."""
+        """The one-node rule: (index of the accepted draft or -1, final residual r)."""
 
         def trial(carry, k):
             r, winner = carry
@@ -79,7 +79,7 @@ class SpecInferVerifier:
             trying = live[k] & (winner < 0)
             accept = u[k] < safe_ratio(r[x], q_k[x])  # strict: u can be exactly 0
             winner = jnp.where(trying & accept, k, winner).astype(jnp.int32)  # int64 under x64
-            # Every rejected trial updates r, duplicates included (§2.1 notes). cond, not where:
+            # Every rejected trial updates r, duplicates included. cond, not where:
             # unbatched, the trials after the winner (and dead drafts) cost nothing.
             r = lax.cond(trying & ~accept, lambda: residual(r, q_k, fallback=r), lambda: r)
             return (r, winner), None

@@ -5,7 +5,7 @@ NeurIPS 2023 (arXiv 2310.15141): the K-SEQ selection and its multi-draft sequenc
 restated in docs/verifiers/spectr.md (the paper writes p for the draft and q for the target;
 here p is the target and q the draft).
 
-K-SEQ at a node with target p, draft q and k surviving drafts x_1..x_k ~ q i.i.d. (§3.1):
+K-SEQ at a node with target p, draft q and k surviving drafts x_1..x_k ~ q i.i.d.:
 accept x_i with probability min(1, p(x_i) / (rho q(x_i))), output the first accepted; if none,
 sample the residual
     p_res(x) ∝ p(x) - min(q(x), p(x)/rho) * P_acc / beta,
@@ -16,7 +16,7 @@ rho is the root rho*. We bisect with a fixed number of steps, always keeping the
 (f(hi) <= 0), so the rho used is valid even when the search stops early. k = 1 gives rho = 1,
 standard speculative sampling.
 
-Tree walk (§3.2): at depth t the survivors are the drafts whose first t tokens equal the emitted
+Tree walk: at depth t the survivors are the drafts whose first t tokens equal the emitted
 prefix; K-SEQ runs with k = #survivors and that node's p and q. If its output Y (accepted or
 residual) equals some survivor's depth-t token, Y is appended and the survivors become those
 drafts; otherwise Y is the correction and the iteration stops. With survivors at depth L a bonus
@@ -56,7 +56,7 @@ from algorithms.verifiers.base import (
 
 
 def kseq_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], rho, k):
-    """(beta(rho), P_acc(rho)) of §3.1; P_acc = 1 - (1 - beta)^k as -expm1(k log1p(-beta)),
+    """(beta(rho), P_acc(rho)) of K-SEQ; P_acc = 1 - (1 - beta)^k as -expm1(k log1p(-beta)),
     which keeps its relative precision when beta is tiny (the naive form rounds to 0)."""
     beta = jnp.minimum(q, p / rho).sum()
     return beta, -jnp.expm1(k * jnp.log1p(-jnp.minimum(beta, 1.0)))
@@ -100,7 +100,7 @@ class SpecTrVerifier:
                         lambda: jnp.ones((), p.dtype))
 
     def kseq_node(self, key, p, q, tokens, q_tokens, live, u) -> Int[Array, ""]:
-        """K-SEQ (§3.1) over the live drafts' tokens: the output token Y.
+        """K-SEQ over the live drafts' tokens: the output token Y.
 
         ``q_tokens[k]`` is draft k's own q at its token; for i.i.d. drafts it equals
         ``q[tokens[k]]``, and reading it per draft keeps a draft whose token the shared q
@@ -122,7 +122,7 @@ class SpecTrVerifier:
                         from_residual)
 
     def rrs_node(self, key, p, laws, tokens, live, u) -> Int[Array, ""]:
-        """Per-draft recursive rejection (SpecInfer §2.1) for survivors with different q rows."""
+        """Per-draft recursive rejection (SpecInfer) for survivors with different q rows."""
 
         def trial(carry, k):
             r, winner = carry

@@ -7,14 +7,14 @@ Token-level tree verification (SpecInfer) decides each node from its own ratio; 
 verification tests whole root-to-leaf paths, leaves first (post-order), with the sequence-level
 weight of block verification:
 
-    w_child = min(1, w_u r_u(x) / s_u(x))                        (weights, §7.3)
+    w_child = min(1, w_u r_u(x) / s_u(x))                        (weights)
     on rejection of a trial x at u:  S = sum_y (w_u r_u(y) - s_u(y))_+,
         r_u <- (w_u r_u - s_u)_+ / S,   w_u <- S / (S + 1 - w_u)   (step 3; BV's h, Eq. 5)
 
 and a node is tested (accepted with probability w, then an extra token from r) once all its
 children are deleted. The root keeps w = 1, so the iteration always emits.
 
-Rule B (for i.i.d. drafts, §7.3): every draft through u is one trial at u in draft-index order
+Rule B (for i.i.d. drafts): every draft through u is one trial at u in draft-index order
 and s_u = q(.|u) stays fixed; the first draft carrying token x enters x's merged subtree, and a
 later draft repeating an already deleted x is a weight-0 trial that still applies the update
 (SpecInfer's duplicate rule). K = 1 is block verification, L = 1 is SpecInfer RRS.

@@ -80,7 +80,7 @@ class VerifiesAgainstQ(MultiPathBlockVerifier):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SkipsDuplicates(TraversalVerifier):
-    """No parent update on duplicate trials (the biased merge of §7.3)."""
+    """No parent update on duplicate trials (the biased merge, docs/verifiers/traversal.md)."""
 
     lossless: ClassVar[bool] = False
 

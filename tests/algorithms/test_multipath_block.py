@@ -1,4 +1,4 @@
-"""Multi-path block verification (§6 reconstruction): q^Γ, losslessness, numbers, Monte Carlo."""
+"""Multi-path block verification (the reconstruction): q^Γ, losslessness, numbers, Monte Carlo."""
 
 import functools
 
@@ -41,7 +41,7 @@ def case(seed):
 @pytest.mark.parametrize("V, K, L, seed", [(2, 2, 2, 0), (3, 2, 2, 1), (3, 3, 2, 2),
                                            (2, 3, 3, 3), (3, 4, 1, 4)])
 def test_closed_form_q_gamma_matches_brute_force(V, K, L, seed, order):
-    """§6 step 3 against selecting the largest of every enumerated set of K drafts."""
+    """The closed-form q^Γ against selecting the largest of every enumerated set of K drafts."""
     P, Q = random_pair(V, seed)
     closed = selected_path_law(P, Q, (), L, K, order)
     brute = selected_path_law_bruteforce(P, Q, (), L, K, order)
@@ -77,8 +77,8 @@ def test_k1_is_block_verification(seed, order):
 
 
 @pytest.mark.parametrize("K, L, expected", [
-    (2, 1, 8 / 9),  # §6: equals the single-token OT optimum 0.888889 (§7.1)
-    (2, 2, 1.617284), (3, 2, 1.768176), (4, 2, 1.632830),  # §7.3 example table, §8
+    (2, 1, 8 / 9),  # equals the single-token OT optimum 0.888889
+    (2, 2, 1.617284), (3, 2, 1.768176), (4, 2, 1.632830),  # docs/verifiers/multipath_block.md
 ])
 def test_expected_tau_on_the_example(K, L, expected):
     P, Q = example_pair()
@@ -86,7 +86,7 @@ def test_expected_tau_on_the_example(K, L, expected):
         expected, abs=1e-6)
 
 
-@pytest.mark.parametrize("seed, row", [  # §7.3 "5 random pairs", multi-path BV column, K = 2..4
+@pytest.mark.parametrize("seed, row", [  # random pairs, K = 2..4
     (0, [1.2011, 1.4363, 1.4599]),
     (1, [0.9077, 0.8991, 0.8933]),
     (2, [1.4632, 1.3545, 1.2611]),

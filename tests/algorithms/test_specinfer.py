@@ -1,4 +1,4 @@
-"""SpecInfer RRS and RRSw: exact losslessness, K=1 reduction, §8 numbers, Monte Carlo, mutants."""
+"""SpecInfer RRS and RRSw: exact losslessness, K=1 reduction, the numbers, Monte Carlo, mutants."""
 
 import dataclasses
 import functools
@@ -76,7 +76,7 @@ def test_expected_tau_on_the_random_pairs_table(seed, K, expected):
 
 
 def test_without_replacement_beats_with_replacement_on_the_example():
-    """Distinct candidates cannot waste trials on a duplicate (Jeon et al.; §2.3)."""
+    """Distinct candidates cannot waste trials on a duplicate (Jeon et al.)."""
     P, Q = example_pair()
     for K, L in [(2, 1), (2, 2), (3, 2)]:
         wr = expected_tau(iteration_law(law(True), P, Q, L=L, K=K))
@@ -120,7 +120,7 @@ def sample_without_replacement(key, q_table, p_table, *, V, L, K, hand_over_sequ
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SkipDuplicateUpdate(SpecInferVerifier):
     """Mutation: a draft repeating an earlier candidate's token at the node is skipped, so the
-    duplicate's rejection no longer updates the residual (§2.1 says it must)."""
+    duplicate's rejection no longer updates the residual (the rule says it must)."""
 
     lossless: ClassVar[bool] = False
 

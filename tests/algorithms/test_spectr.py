@@ -1,4 +1,4 @@
-"""SpecTr (K-SEQ): exact losslessness, K=1 reduction, §3/§8 numbers, bisection, Monte Carlo."""
+"""SpecTr (K-SEQ): exact losslessness, K=1 reduction, the numbers, bisection, Monte Carlo."""
 
 import dataclasses
 import functools
@@ -71,7 +71,7 @@ def test_kseq_numbers_on_the_example(K):
 @pytest.mark.parametrize("K", sorted(KSEQ_TABLE))
 def test_jax_bisection_finds_rho_star(K):
     """The fixed-step bisection lands within its bracket width of Brent's root, on the valid
-    side, in float64; in float32 it still matches the §3.1 table to 1e-6."""
+    side, in float64; in float32 it still matches the K-SEQ table to 1e-6."""
     exact = kseq_rho(EXAMPLE_P, EXAMPLE_Q, K)
     with jax.enable_x64(True):
         rho = float(jax_kseq_rho(jnp.asarray(EXAMPLE_P), jnp.asarray(EXAMPLE_Q), K, 40))
@@ -134,7 +134,7 @@ def test_monte_carlo_matches_exact_law_and_catches_rho_mutation():
 
 def test_walk_follows_the_surviving_draft():
     """One-hot target along draft 1: draft 0's token has no target mass and is rejected, draft
-    1's is accepted, the walk continues along draft 1 only and ends with the bonus (§3.2)."""
+    1's is accepted, the walk continues along draft 1 only and ends with the bonus."""
     V = 3
     drafts = jnp.array([[0, 0], [2, 1]], jnp.int32)
     q = jnp.full((2, 2, V), 1 / V)
@@ -146,8 +146,9 @@ def test_walk_follows_the_surviving_draft():
 
 def test_greedy_with_distinct_one_hot_drafts():
     """T = 0 with K different deterministic drafts (each q one-hot at its own token): the
-    output is the longest target-argmax prefix, then the argmax (§0). Reading the shared root q
-    at other drafts' tokens would accept a token the target gives probability 0 (0/0 rule)."""
+    output is the longest target-argmax prefix, then the argmax (docs/concepts.md). Reading the
+    shared root q at other drafts' tokens would accept a token the target gives probability 0
+    (0/0 rule)."""
     V = 5
     verify = jax.jit(get_verifier("spectr"))
     drafts = jnp.array([[3, 2], [1, 3], [1, 4]], jnp.int32)  # no draft starts with the argmax 2

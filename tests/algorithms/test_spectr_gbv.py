@@ -1,4 +1,5 @@
-"""SpecTr-GBV as released: the exact checker's verdict, the §5.3 numbers, Monte Carlo vs its law.
+"""SpecTr-GBV as released: the exact checker's verdict, the documented numbers, Monte Carlo vs
+its law.
 
 The verifier is a faithful port of a biased algorithm, so these tests assert the bias AS FOUND by
 enumeration (and that the JAX port reproduces its own exact law), not the paper's claims.
@@ -40,9 +41,9 @@ def law(residual):
 
 @pytest.mark.parametrize("residual", RESIDUALS)
 def test_hand_checkable_first_token_bias(residual):
-    """§5.3: p = (1/3, 2/3), q = (2/3, 1/3), K = 2, L = 1 gives P(first token = a) = 0.3625.
+    """p = (1/3, 2/3), q = (2/3, 1/3), K = 2, L = 1 gives P(first token = a) = 0.3625.
 
-    By hand (§5.3): h(a) = A(a)/C(a) = (1/3)/(8/9), h(b) = (1/2)/(5/9); a draft passes with mass
+    By hand: h(a) = A(a)/C(a) = (1/3)/(8/9), h(b) = (1/2)/(5/9); a draft passes with mass
     beta = q(a)h(a) + q(b)h(b); both residual readings put no mass on a (r(a) = 1), so
     P(a) = q(a)h(a)(1 + (1 - beta)). Confirmed by enumeration.
     """
@@ -59,8 +60,8 @@ def test_hand_checkable_first_token_bias(residual):
 @pytest.mark.parametrize("residual", RESIDUALS)
 @pytest.mark.parametrize("K, L, tau, p_a", [
     (2, 1, 0.7975, 0.3625),
-    (2, 2, 1.403435, 0.309499),  # §8 "SpecTr-GBV official code"
-    (3, 2, 1.4995, 0.3196),  # §5.3 table and text
+    (2, 2, 1.403435, 0.309499),  # the official code
+    (3, 2, 1.4995, 0.3196),  # docs/verifiers/spectr_gbv.md
 ])
 def test_example_numbers(K, L, tau, p_a, residual):
     P, Q = example_pair()
@@ -72,14 +73,14 @@ def test_example_numbers(K, L, tau, p_a, residual):
 
 
 def test_expected_tau_is_below_the_papers_claimed_value():
-    """§5.3: the claimed E[tau] = sum_z A(z) is 1.583333 for K = 2, L = 2; the code gets less."""
+    """The claimed E[tau] = sum_z A(z) is 1.583333 for K = 2, L = 2; the code gets less."""
     P, Q = example_pair()
     assert expected_tau(iteration_law(spectr_gbv_law, P, Q, L=2, K=2)) < 1.583333 - 0.1
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_k1_first_token_exact_but_later_tokens_biased(seed):
-    """K = 1 is GBV without its §4.1 fix-up: E[tau] = sum_z min(p(z), q(z)), the first emitted
+    """K = 1 is GBV without its fix-up: E[tau] = sum_z min(p(z), q(z)), the first emitted
     token is p-distributed, and the first L + 2 tokens are not."""
     V, L = 2 + seed % 2, 2 + seed // 2
     P, Q = random_pair(V, seed)
@@ -96,7 +97,7 @@ def test_k1_first_token_exact_but_later_tokens_biased(seed):
 def test_k1_multi_token_bias_on_the_example():
     """K = 1 is greedy BV without the fix-up: its multi-token bias must equal that of the
     independently written greedy-block law with ``fixup=False``, and be far from rounding; E[tau]
-    reaches the per-iteration ideal sum_z min(p(z), q(z)) (§4)."""
+    reaches the per-iteration ideal sum_z min(p(z), q(z))."""
     P, Q = example_pair()
     tv = lossless_tv(spectr_gbv_law, P, Q, L=2, K=1)
     no_fixup = functools.partial(greedy_block_law, fixup=False)
@@ -143,7 +144,7 @@ def test_residual_readings_share_tau_but_not_the_correction():
 
 
 def test_expected_tau_can_exceed_the_lossless_bound():
-    """§5.3 reports the code above the membership-OT bound on some seeds: no lossless verifier
+    """The code is above the membership-OT bound on some seeds: no lossless verifier
     can exceed that bound, so any seed above it (by more than rounding) shows the bias."""
     gaps = []
     for seed in range(4):

@@ -1,4 +1,4 @@
-"""Token-wise speculative sampling: exact losslessness, §8 numbers, Monte Carlo, mutation."""
+"""Token-wise speculative sampling: exact losslessness, the numbers, Monte Carlo, mutation."""
 
 
 import jax

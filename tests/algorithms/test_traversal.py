@@ -1,4 +1,4 @@
-"""Traversal verification, rule B: exact losslessness, reductions, §7.3 numbers, Monte Carlo."""
+"""Traversal verification, rule B: exact losslessness, reductions, the numbers, Monte Carlo."""
 
 
 import jax
@@ -68,7 +68,7 @@ def test_expected_tau_on_the_example(L, row):
     assert got == pytest.approx(row, abs=1e-6)
 
 
-@pytest.mark.parametrize("seed, row", [  # §7.3 "5 random pairs": BV (K=1), then Trav. B K=2..4
+@pytest.mark.parametrize("seed, row", [  # random pairs: BV (K=1), then rule B K=2..4
     (0, [0.7961, 1.1388, 1.3654, 1.3823]),
     (1, [0.8706, 0.8997, 0.9017, 0.9037]),
     (2, [1.1885, 1.3401, 1.4222, 1.4875]),
@@ -82,7 +82,7 @@ def test_expected_tau_on_the_random_pairs_table(seed, row):
 
 
 def test_skipping_duplicate_updates_is_biased():
-    """§7.3: the merged tree without duplicate updates is biased (doc: TV up to 0.18)."""
+    """The merged tree without duplicate updates is biased (doc: TV up to 0.18)."""
     P, Q = random_pair(3, 0)
     tv = lossless_tv(traversal_law_skipping_duplicates, P, Q, L=2, K=3)
     print(f"traversal without duplicate updates: TV {tv:.4f}")
