@@ -53,12 +53,14 @@ from paper_repro.table1 import (  # noqa: E402
 GRIDS = {"K": (1, 2, 3, 5, 7), "L": (2, 4, 6, 8, 12), "T": (0.1, 0.4, 0.7)}
 BASE = dict(K=3, L=8, temperature=0.4, datasets=("humaneval",))
 PRESETS: dict[str, Setting] = {
-    "tiny": Setting(models="toy", n=8, max_new_tokens=24, batch_size=None, fast_compile=True,
+    "tiny": Setting(models="toy", n=8, max_new_tokens=24, batch_size=1, fast_compile=True,
+                    repeats=2, **BASE),
+    # Latency, as Table 1. 128 tokens: at 32 or 64, K = 5 and K = 7 made the same calls on
+    # every prompt (the minimum-calls ceiling), so the K ablation could not tell them apart.
+    "cpu": Setting(models="qwen-coder", n=8, max_new_tokens=128, batch_size=1, repeats=3,
+                   **BASE),
+    "full": Setting(models="qwen-coder", n=80, max_new_tokens=128, batch_size=1, repeats=3,
                     **BASE),
-    # Half Table 1's tokens per prompt: 25 cells per ablation instead of 27 over three datasets,
-    # and K = 7 / L = 12 trees are 2-3x the size of Table 1's.
-    "cpu": Setting(models="qwen-coder", n=8, max_new_tokens=32, batch_size=None, **BASE),
-    "full": Setting(models="qwen-coder", n=80, max_new_tokens=128, batch_size=16, **BASE),
 }
 L_ROWS = (("token", 1), ("greedy_block", 1), ("spectr", None), ("spectr_gbv", None),
           ("traversal", None))
@@ -167,11 +169,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--values", help="comma list of swept values (default: the issue's grid)")
     ap.add_argument("--n", type=int)
     ap.add_argument("--max-new-tokens", type=int)
-    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--batch-size", type=int, help="1 = latency (default), else throughput")
+    ap.add_argument("--repeats", type=int, help="timings per cell, interleaved across methods")
     args = ap.parse_args(argv)
     start = time.perf_counter()
+    if args.repeats is not None and args.repeats < 1:
+        raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     base = with_overrides(PRESETS[args.preset], n=args.n, max_new_tokens=args.max_new_tokens,
-                          batch_size=args.batch_size)
+                          batch_size=args.batch_size, repeats=args.repeats)
     cast = float if args.which == "T" else int
     values = (tuple(cast(v) for v in args.values.split(",")) if args.values
               else GRIDS[args.which])

@@ -8,12 +8,23 @@ The autoregressive cell of a dataset is measured in the same session as its spec
 (the table marks any cell that came from another session, e.g. after a resume).
 
 Per prompt a cell keeps the counters BE, SR and the gap to optimum are built from: generated
-tokens, target calls (loop steps), accepted draft tokens, steps whose first draft token was
-accepted (``accepted_per_position[0]``) and the sum of the step-wise optimal acceptance alpha*
-(``specjax.root_bound.RootBoundProbe``). Seconds per prompt: a batch decodes in one jitted call,
-so each prompt gets the batch's wall time in proportion to its loop steps (each step costs the
-whole batch the same); with ``batch_size=1`` this is the prompt's own measured time. Wall time
-excludes compilation, which is stored separately (``specjax.generate``).
+tokens, target calls (loop steps), accepted draft tokens, acceptance at every draft position
+(``accepted_per_position``), steps whose first draft token was accepted and the sum of the
+step-wise optimal acceptance alpha* (``specjax.root_bound.RootBoundProbe``), and the fewest
+target calls its tokens allow (ceil(tokens / (L + 1)): a prompt at that ceiling says nothing
+about how much longer the drafts could have been).
+
+Regimes. ``batch_size=1`` is the latency setting of the speculative-decoding papers: each
+prompt decodes alone and its seconds are its own measured time. Any other batch size is the
+throughput setting: a batch decodes in one jitted call that runs until its slowest row ends, so
+each prompt gets the batch's wall time in proportion to its loop steps; tables label that
+regime and never put it in an SR column. Wall time excludes compilation (stored separately).
+
+Timing repeats. With ``repeats = R`` every (dataset, method) cell is timed R times, interleaved:
+repeat r of every method of a dataset runs before repeat r + 1 of any (AR, m1, m2, ..., AR, m1,
+m2, ...), so a slow spell of the machine lands on all methods alike, and the spread between
+repeats is kept per prompt (``seconds_by_repeat``) for the SR intervals. The tokens of a repeat
+must equal the first repeat's (same seed, same code path); a mismatch stops the run.
 
 Storage: ``<out>/runs/<table>_<preset>/cells.jsonl``, one JSON line per cell, rewritten through a
 temporary file and ``os.replace`` after every cell, so a killed run loses at most the cell in
@@ -32,7 +43,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from specjax import hardware
+from specjax import hardware, provenance
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).parent / "results"
@@ -59,13 +70,27 @@ class Setting:
     K: int
     L: int
     temperature: float
-    batch_size: int | None  # prompts per jitted call (None = all of a dataset's prompts at once)
+    batch_size: int | None  # prompts per jitted call (1 = latency; None = a dataset at once)
     seed: int = 0
     fast_compile: bool = False  # XLA opt level 0: toy runs only (compile time >> run time)
+    repeats: int = 1  # timings per cell, interleaved across methods (see the module docstring)
+    draft_weights: str = "float32"  # the draft model's weights; the target stays float32
+    draft_vocab: int | None = None  # the draft samples from its first n token ids (+ EOS)
+    breakdown: bool = False  # time draft / tree / verify / other once per method
 
     @property
     def toy(self) -> bool:
         return self.models == "toy"
+
+    @property
+    def latency(self) -> bool:
+        return self.batch_size == 1
+
+    @property
+    def regime(self) -> str:
+        from specjax.metrics import regime
+
+        return regime(self.batch_size, None if self.batch_size else self.n)
 
 
 @dataclass(frozen=True)
@@ -113,7 +138,7 @@ def load_pair(setting: Setting):
         return load_toy(target_name), load_toy(draft_name)
     from specjax import load_model
 
-    return load_model(target_name), load_model(draft_name)
+    return load_model(target_name), load_model(draft_name, weights=setting.draft_weights)
 
 
 def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], list[str]]:
@@ -166,7 +191,8 @@ class CellStore:
 
 
 def _seconds_per_prompt(per_prompt: list[dict], batch: int) -> list[float]:
-    """Each batch's wall time split over its prompts in proportion to their loop steps."""
+    """Each batch's wall time split over its prompts in proportion to their loop steps (at batch
+    1: each prompt's own time)."""
     out = []
     for b in range(0, len(per_prompt), batch):
         rows = per_prompt[b:b + batch]
@@ -176,74 +202,138 @@ def _seconds_per_prompt(per_prompt: list[dict], batch: int) -> list[float]:
     return out
 
 
-def run_cell(setting: Setting, method: Method, texts: list[str], target, draft) -> dict:
-    """Decode ``texts`` with one method; per-prompt counters and timings as plain JSON."""
+def min_calls(new_tokens: int, L: int) -> int:
+    """The fewest target calls that can emit ``new_tokens`` (each emits at most L + 1)."""
+    return -(-new_tokens // (L + 1))
+
+
+def drafter_for(setting: Setting, method: Method):
+    from specjax.drafters import ModelDrafter
+
+    return ModelDrafter(K=method.K, L=setting.L, draft_vocab=setting.draft_vocab)
+
+
+def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, *,
+             breakdown: bool = False) -> dict:
+    """Decode ``texts`` with one method once; per-prompt counters and timings as plain JSON."""
     import specjax
     from algorithms.verifiers import get_verifier
-    from specjax.drafters import ModelDrafter
     from specjax.root_bound import RootBoundProbe
 
     kw = {}
+    L = 1
     if method.verifier is not None:
-        kw = dict(draft=draft, drafter=ModelDrafter(K=method.K, L=setting.L),
+        L = setting.L
+        kw = dict(draft=draft, drafter=drafter_for(setting, method),
                   verifier=RootBoundProbe(verifier=get_verifier(method.verifier)))
     start = time.perf_counter()
     res = specjax.generate(
         target, texts, sampling=specjax.Sampling(temperature=setting.temperature),
         max_new_tokens=setting.max_new_tokens, seed=setting.seed,
-        batch_size=setting.batch_size,
+        batch_size=setting.batch_size, breakdown=breakdown and method.verifier is not None,
         compiler_options={"xla_backend_optimization_level": 0} if setting.fast_compile else None,
         **kw)
     elapsed = time.perf_counter() - start
     batch = len(texts) if setting.batch_size is None else setting.batch_size
     seconds = _seconds_per_prompt(res.per_prompt, batch)
     prompts = [dict(prompt_tokens=r["prompt_tokens"], new_tokens=r["new_tokens"],
-                    target_calls=r["target_calls"],
-                    accepted=r["accepted"],
+                    target_calls=r["target_calls"], accepted=r["accepted"],
+                    accepted_per_position=r["accepted_per_position"],
                     root_accepted=r["accepted_per_position"][0] if r["accepted_per_position"]
                     else 0,
-                    root_bound=r.get("root_bound", 0.0), seconds=s, stop=r["stop"])
+                    root_bound=r.get("root_bound", 0.0),
+                    min_calls=min_calls(r["new_tokens"], L), seconds=s,
+                    seconds_by_repeat=[s], stop=r["stop"])
                for r, s in zip(res.per_prompt, seconds, strict=True)]
-    return dict(prompts=prompts, wall_time_s=res.summary["wall_time_s"],
-                compile_time_s=res.summary["compile_time_s"], elapsed_s=elapsed,
-                block_efficiency=res.summary["block_efficiency"],
-                tokens_per_s=res.summary["tokens_per_s"])
+    out = dict(prompts=prompts, wall_time_s=res.summary["wall_time_s"],
+               compile_time_s=res.summary["compile_time_s"], elapsed_s=elapsed,
+               block_efficiency=res.summary["block_efficiency"],
+               tokens_per_s=res.summary["tokens_per_s"], tokens=res.tokens)
+    if "time_breakdown" in res.summary:
+        out["time_breakdown"] = res.summary["time_breakdown"]
+    return out
+
+
+COUNTERS = ("new_tokens", "target_calls", "accepted", "accepted_per_position")
+
+
+def add_repeat(row: dict, result: dict, repeat: int) -> None:
+    """Fold one more timing of a cell into its stored row (same tokens required)."""
+    if result["tokens"] != row["tokens"]:
+        bad = next(i for i, (a, b) in enumerate(zip(result["tokens"], row["tokens"],
+                                                    strict=True)) if a != b)
+        raise RuntimeError(f"{row['dataset']} / {row['method']}: repeat {repeat} decoded other "
+                           f"tokens than repeat 0 for prompt {bad} (same seed and code path "
+                           "must give the same tokens); the timings would not be comparable")
+    for p, new in zip(row["prompts"], result["prompts"], strict=True):
+        p["seconds_by_repeat"].append(new["seconds"])
+        p["seconds"] = sum(p["seconds_by_repeat"]) / len(p["seconds_by_repeat"])
+    row["wall_time_s"] += result["wall_time_s"]
+    row["elapsed_s"] += result["elapsed_s"]
+    row["compile_time_s"] += result["compile_time_s"]
+    row["repeats_done"] = repeat + 1
+    row["sessions"] = sorted({*row["sessions"], SESSION})
+    row["commits"] = sorted({*row["commits"], provenance.commit()})
 
 
 def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], out: Path,
               resume: bool = True, log=print) -> tuple[dict, CellStore]:
     """Every (dataset, method) cell, measured or taken from the store -> {(dataset, method): row}.
 
-    Models load only when some cell is missing. AR runs first, so the speculative cells of
-    this session have their baseline from the same session. Each method runs on every dataset
-    before the next method: its compiled loop then serves all datasets whose prompts pad to
-    the same shape (``api.generate`` keeps only a few loops; dataset by dataset, nine methods
-    recompiled every cell: the tiny Table 1 spent 80 s in 27 compiles).
+    Models load only when some cell is missing. Per dataset, repeat r of every method (AR first)
+    runs before repeat r + 1 of any; each finished repeat is stored, so a killed run resumes at
+    the repeat it was in. Every method's compiled loop is kept for the whole table (one compile
+    per method and prompt padding), and the persistent compilation cache is on for real models.
     """
+    from specjax import api
+
     store = CellStore(Path(out) / "runs" / f"{table}_{preset}" / "cells.jsonl", resume=resume)
-    todo = [(d, m) for d in setting.datasets for m in methods
-            if store.get(cell_key(table, d, m, setting)) is None]
+    keys = {(d, m.name): cell_key(table, d, m, setting) for d in setting.datasets for m in methods}
+    done = lambda row: row is not None and row.get("repeats_done", 1) >= setting.repeats  # noqa
+    todo = [k for k, key in keys.items() if not done(store.get(key))]
     models = load_pair(setting) if todo else (None, None)
-    cells, prompts = {}, {}
-    for method in sorted(methods, key=lambda m: m.verifier is not None):  # AR first
+    if todo and not setting.toy:
+        from specjax import compile_cache
+
+        compile_cache.enable()
+    capacity, api.MAX_COMPILED = api.MAX_COMPILED, max(api.MAX_COMPILED, len(methods) + 1)
+    ordered = sorted(methods, key=lambda m: m.verifier is not None)  # AR first
+    broken_down: set[str] = set()
+    try:
         for dataset in setting.datasets:
-            key = cell_key(table, dataset, method, setting)
-            row = store.get(key)
-            if row is None:
-                if dataset not in prompts:
-                    prompts[dataset] = prompt_texts(setting, dataset, models[0])
-                ids, texts = prompts[dataset]
-                result = run_cell(setting, method, texts, *models)
-                row = dict(key=key, table=table, preset=preset, dataset=dataset,
-                           method=method.name, K=method.K, prompt_ids=ids, session=SESSION,
-                           hardware=hardware.describe(),
-                           finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                           **result)
-                store.put(row)
-                log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}): "
-                    f"BE {row['block_efficiency']:.3f}, {row['elapsed_s']:.1f} s "
-                    f"(compile {row['compile_time_s']:.1f} s)")
-            cells[dataset, method.name] = row
+            prompts = None
+            for repeat in range(setting.repeats):
+                for method in ordered:
+                    key = keys[dataset, method.name]
+                    row = store.get(key)
+                    if row is not None and row.get("repeats_done", 1) > repeat:
+                        continue
+                    if prompts is None:
+                        prompts = prompt_texts(setting, dataset, models[0])
+                    ids, texts = prompts
+                    breakdown = setting.breakdown and method.name not in broken_down and not (
+                        row and "time_breakdown" in row)
+                    result = run_cell(setting, method, texts, *models, breakdown=breakdown)
+                    broken_down |= {method.name} if breakdown else set()
+                    if row is None:
+                        row = dict(key=key, table=table, preset=preset, dataset=dataset,
+                                   method=method.name, K=method.K, prompt_ids=ids,
+                                   session=SESSION, sessions=[SESSION],
+                                   commit=provenance.commit(), commits=[provenance.commit()],
+                                   hardware=hardware.describe(), regime=setting.regime,
+                                   repeats_done=1, **result)
+                    else:
+                        add_repeat(row, result, repeat)
+                        if "time_breakdown" in result:
+                            row["time_breakdown"] = result["time_breakdown"]
+                    row["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                    store.put(row)
+                    log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}) repeat "
+                        f"{repeat + 1}/{setting.repeats}: BE {row['block_efficiency']:.3f}, "
+                        f"{result['elapsed_s']:.1f} s (compile {result['compile_time_s']:.1f} s)")
+    finally:
+        api.MAX_COMPILED = capacity
+    cells = {(d, name): store.get(key) for (d, name), key in keys.items()}
     return cells, store
 
 

@@ -18,12 +18,12 @@ from paper_repro.table1 import run_table
 
 REPO_SETTING = dict(K=7, L=6, temperature=0.7, max_new_tokens=64)
 PRESETS: dict[str, Setting] = {
-    "tiny": Setting(models="toy", datasets=("humaneval",), n=8, batch_size=None,
-                    fast_compile=True, **REPO_SETTING),
-    "cpu": Setting(models="qwen-coder", datasets=("humaneval",), n=8, batch_size=None,
-                   **REPO_SETTING),
-    "full": Setting(models="qwen-coder", datasets=("humaneval",), n=32, batch_size=None,
-                    **REPO_SETTING),
+    "tiny": Setting(models="toy", datasets=("humaneval",), n=8, batch_size=1,
+                    fast_compile=True, repeats=2, **REPO_SETTING),
+    "cpu": Setting(models="qwen-coder", datasets=("humaneval",), n=8, batch_size=1, repeats=3,
+                   breakdown=True, **REPO_SETTING),
+    "full": Setting(models="qwen-coder", datasets=("humaneval",), n=32, batch_size=1,
+                    repeats=3, breakdown=True, **REPO_SETTING),
 }
 
 

@@ -66,6 +66,14 @@ def summarize(per_prompt: list[dict], *, L: int, wall_time_s: float,
     )
 
 
+def regime(batch_size: int | None, num_prompts: int | None = None) -> str:
+    """How a speed-up was measured. Batch 1 is the papers' latency setting; a batch decodes in
+    one call that runs until its slowest row ends, so its ratio is a throughput ratio."""
+    if batch_size == 1 or num_prompts == 1:
+        return "latency, batch 1"
+    return f"throughput, batch {batch_size or num_prompts or 'all prompts'}"
+
+
 def speedup(spec_result, ar_result) -> float:
     """Throughput ratio of a speculative run over the autoregressive run of the same target."""
     spec, ar = spec_result.summary, ar_result.summary

@@ -92,7 +92,8 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     ar = summary.get("autoregressive") or {}
     title = (f"{summary.get('run_name', 'run')}: {summary.get('model', {}).get('target', '?')} | "
              f"drafter={summary.get('drafter', {}).get('name', '?')} "
-             f"verifier={summary.get('verifier', '?')}")
+             f"verifier={summary.get('verifier', '?')}"
+             + (f" | {summary['regime']}" if summary.get("regime") else ""))
     table = Table(title=title)
     table.add_column("metric")
     table.add_column("autoregressive", justify="right")
@@ -101,8 +102,9 @@ def metrics_table(summary: dict[str, Any]) -> Table:
         if key in spec or key in ar:
             table.add_row(label, _cell(ar.get(key), fmt) if ar else "-", _cell(spec.get(key), fmt))
     speedup = summary.get("speedup")
-    table.add_row("speedup vs autoregressive", "",
-                  "-" if speedup is None else f"{speedup:.2f}x")
+    label = "speedup vs autoregressive" + (f" ({summary['regime']})" if summary.get("regime")
+                                           else "")
+    table.add_row(label, "", "-" if speedup is None else f"{speedup:.2f}x")
     return table
 
 

@@ -10,6 +10,9 @@ sampled, never fed). After verification it commits the root + min(τ, L-1) token
 draft; when all L tokens were accepted its cache lags the target by one token, so the next step's
 root is a 2-token chunk (the missing x_{L-1}, then the pending token). Scratch layout: slots 0, 1
 = catch-up chunk (slot 0 unused when there is no lag), draft k token i at slot 2 + k·L + i.
+
+``draft_vocab=n`` drafts from the first n token ids and the EOS ids only (``vocab_cut``): a
+cheaper draft head, and q is still the exact law of what was sampled.
 """
 
 from __future__ import annotations
@@ -37,12 +40,18 @@ def _check_vocab(name: str, target, draft) -> None:
 class ModelDrafter(BlockShape):
     # K branches sampled independently from the same q given a shared prefix (keys are split).
     draft_structure: ClassVar[str] = IID
+    draft_vocab: int | None = None  # score only the first n ids (+ EOS) with the draft's head
 
     def module(self, target, draft):
         if draft is None:
             raise ValueError("drafter: ModelDrafter needs a draft model (pass draft=...)")
         _check_vocab(type(self).__name__, target, draft)
-        return draft.model
+        if self.draft_vocab is None:
+            return draft.model
+        from specjax.drafters.vocab_cut import VocabCut, kept_ids
+
+        eos = tuple(int(e) for e in (getattr(target, "eos_ids", None) or ()))
+        return VocabCut(draft.model, kept_ids(self.draft_vocab, int(draft.vocab_size), eos))
 
     def scratch(self) -> int:
         return 2 + self.K * self.L

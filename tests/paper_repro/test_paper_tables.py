@@ -126,20 +126,20 @@ def check_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch):
                                or json.loads(line)["dataset"] != "alpaca") + "\n")
     real, calls = cells.run_cell, []
 
-    def counting(setting, method, texts, target, draft):
+    def counting(setting, method, texts, target, draft, **kw):
         calls.append(method.name)
-        return real(setting, method, texts, target, draft)
+        return real(setting, method, texts, target, draft, **kw)
 
     monkeypatch.setattr(cells, "run_cell", counting)
     again = table1.main(["--preset", "tiny", "--out", str(out)])
-    assert calls == ["traversal"]
+    assert calls == ["traversal"] * table1.PRESETS["tiny"].repeats  # each timing repeat
     assert len(store.read_text().splitlines()) == 27
     for a, b in zip(res["rows"], again["rows"], strict=True):
         if a["method"] != "traversal":
             assert a["datasets"] == b["datasets"]
 
 
-def _fake_cell(setting, method, texts, target, draft):
+def _fake_cell(setting, method, texts, target, draft, **kw):
     """Deterministic synthetic counters: BE grows with K and L, AR is slower per token."""
     rng = np.random.default_rng(len(texts) + 7 * method.K + setting.L)
     prompts = []
@@ -147,13 +147,17 @@ def _fake_cell(setting, method, texts, target, draft):
         calls = setting.max_new_tokens if method.verifier is None else int(
             setting.max_new_tokens / (1 + 0.3 * method.K * np.log(setting.L) * rng.uniform(0.5, 1)))
         calls = max(calls, 1)
+        seconds = 0.01 * calls * (1 if method.verifier is None else 1.5)
+        L = 1 if method.verifier is None else setting.L
         prompts.append(dict(new_tokens=setting.max_new_tokens, target_calls=calls,
                             accepted=setting.max_new_tokens - calls,
+                            accepted_per_position=[int(0.6 * calls)] * L,
                             root_accepted=int(0.6 * calls), root_bound=0.8 * calls,
-                            seconds=0.01 * calls * (1 if method.verifier is None else 1.5),
-                            stop="length"))
+                            min_calls=cells.min_calls(setting.max_new_tokens, L),
+                            seconds=seconds, seconds_by_repeat=[seconds], stop="length"))
     return dict(prompts=prompts, wall_time_s=sum(p["seconds"] for p in prompts),
-                compile_time_s=0.0, elapsed_s=0.1, block_efficiency=0.0, tokens_per_s=0.0)
+                compile_time_s=0.0, elapsed_s=0.1, block_efficiency=0.0, tokens_per_s=0.0,
+                tokens=[[] for _ in texts])
 
 
 @pytest.fixture
