@@ -95,14 +95,20 @@ class Setting:
 
 @dataclass(frozen=True)
 class Method:
-    """One row: a verifier (None = autoregressive) with its number of drafts."""
+    """One row: a verifier (None = autoregressive) with its number of drafts, and optionally a
+    drafting variant of its own (draft length, draft weights, draft vocabulary; None = the
+    setting's), named by ``label``."""
 
     verifier: str | None
     K: int = 1
+    L: int | None = None
+    draft_weights: str | None = None
+    draft_vocab: int | None = None
+    label: str | None = None
 
     @property
     def name(self) -> str:
-        return self.verifier or "ar"
+        return self.label or self.verifier or "ar"
 
 
 def table1_methods(K: int) -> list[Method]:
@@ -160,8 +166,10 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
 
 
 def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
+    variant = {k: v for k, v in asdict(method).items()
+               if k in ("L", "draft_weights", "draft_vocab") and v is not None}
     return json.dumps({"table": table, "dataset": dataset, "method": method.name, "K": method.K,
-                       "setting": asdict(setting)}, sort_keys=True)
+                       "setting": asdict(setting), **variant}, sort_keys=True)
 
 
 class CellStore:
@@ -210,7 +218,30 @@ def min_calls(new_tokens: int, L: int) -> int:
 def drafter_for(setting: Setting, method: Method):
     from specjax.drafters import ModelDrafter
 
-    return ModelDrafter(K=method.K, L=setting.L, draft_vocab=setting.draft_vocab)
+    return ModelDrafter(K=method.K, L=method.L or setting.L,
+                        draft_vocab=method.draft_vocab or setting.draft_vocab)
+
+
+def draft_weights_of(setting: Setting, method: Method) -> str:
+    return method.draft_weights or setting.draft_weights
+
+
+class Models:
+    """The target, and each draft weight format a table needs, loaded once on first use."""
+
+    def __init__(self, setting: Setting):
+        self.setting = setting
+        self.target, self.drafts = None, {}
+
+    def pair(self, method: Method):
+        if self.target is None:
+            self.target, self.drafts[self.setting.draft_weights] = load_pair(self.setting)
+        weights = draft_weights_of(self.setting, method)
+        if weights not in self.drafts:
+            from dataclasses import replace as with_
+
+            self.drafts[weights] = load_pair(with_(self.setting, draft_weights=weights))[1]
+        return self.target, self.drafts[weights]
 
 
 def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, *,
@@ -223,7 +254,7 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
     kw = {}
     L = 1
     if method.verifier is not None:
-        L = setting.L
+        L = method.L or setting.L
         kw = dict(draft=draft, drafter=drafter_for(setting, method),
                   verifier=RootBoundProbe(verifier=get_verifier(method.verifier)))
     start = time.perf_counter()
@@ -291,7 +322,7 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     keys = {(d, m.name): cell_key(table, d, m, setting) for d in setting.datasets for m in methods}
     done = lambda row: row is not None and row.get("repeats_done", 1) >= setting.repeats  # noqa
     todo = [k for k, key in keys.items() if not done(store.get(key))]
-    models = load_pair(setting) if todo else (None, None)
+    models = Models(setting)
     if todo and not setting.toy:
         from specjax import compile_cache
 
@@ -309,11 +340,12 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
                     if row is not None and row.get("repeats_done", 1) > repeat:
                         continue
                     if prompts is None:
-                        prompts = prompt_texts(setting, dataset, models[0])
+                        prompts = prompt_texts(setting, dataset, models.pair(ordered[0])[0])
                     ids, texts = prompts
                     breakdown = setting.breakdown and method.name not in broken_down and not (
                         row and "time_breakdown" in row)
-                    result = run_cell(setting, method, texts, *models, breakdown=breakdown)
+                    result = run_cell(setting, method, texts, *models.pair(method),
+                                      breakdown=breakdown)
                     broken_down |= {method.name} if breakdown else set()
                     if row is None:
                         row = dict(key=key, table=table, preset=preset, dataset=dataset,

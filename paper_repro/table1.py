@@ -278,7 +278,7 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
                "stands in for the real one)" if setting.toy else
                "the first n prompts of each EAGLE suite, in the target's chat template")
     R = timing_repeats(cells)
-    draft = [f"draft weights {setting.draft_weights}"] + (
+    drafting = [f"draft weights {setting.draft_weights}"] + (
         [f"draft vocabulary cut to the first {setting.draft_vocab} ids + EOS"]
         if setting.draft_vocab else [])
     if setting.latency:
@@ -312,7 +312,8 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
         "checkout had uncommitted edits while the cell ran; each cell's commit is in the Cells "
         "table).",
         f"- **Pair:** target `{target}` (float32), draft `{draft}` "
-        f"(`configs/model/{setting.models}.yaml`; {', '.join(draft)}).",
+        f"(`configs/model/{setting.models}.yaml`; {', '.join(drafting)}; a row's own "
+        "variant is in its name).",
         f"- **Setting:** K = {setting.K}, L = {setting.L}, T = {setting.temperature}; "
         f"**{setting.n} prompts per dataset** ({prompts}); **{setting.max_new_tokens} new tokens "
         f"per prompt** (fewer when EOS comes first); seed {setting.seed}, prompt i decodes with "
@@ -524,7 +525,8 @@ def acceptance_figure(table_rows: list[dict], setting: Setting, path: Path) -> N
         curves = [c for c in curves if c]
         if not curves:
             continue
-        ax.plot(range(1, setting.L + 1), np.mean(curves, axis=0), marker="o",
+        mean = np.mean(curves, axis=0)
+        ax.plot(range(1, len(mean) + 1), mean, marker="o",
                 ls="-" if r["lossless"] else ":", label=f"{r['method']} (K = {r['K']})")
     ax.set_xlabel("draft position i")
     ax.set_ylabel("P(tau >= i): draft token i accepted")
