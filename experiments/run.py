@@ -58,11 +58,6 @@ def _instantiate(cfg: DictConfig):
 
 
 def _load(name: str, weights: str = "float32"):
-    """``specjax.load_model`` (toy names go straight to the toy loader, as load_model does)."""
-    if name.startswith("toy") and weights == "float32":
-        from specjax.models.toy import load_toy
-
-        return load_toy(name)
     import specjax
 
     return specjax.load_model(name, weights=weights)

@@ -39,10 +39,10 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "sdsl_family.md"
 
 def collect(target_name: str, cache_dir=None) -> list[dict]:
     """One record per family shape (its latest finished run) for the target."""
-    from specjax.training import store
+    from specjax import runs
 
     latest: dict[tuple, tuple[float, dict]] = {}
-    for path in store.kind_root("family", target_name, cache_dir).glob("*/final.json"):
+    for path in runs.kind_root("family", target_name, cache_dir).glob("*/final.json"):
         final = json.loads(path.read_text())
         shape = (final["module"]["hidden_size"], final["module"]["num_layers"])
         if shape not in latest or path.stat().st_mtime > latest[shape][0]:

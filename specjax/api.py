@@ -41,11 +41,7 @@ class GenerationResult:
 def _resolve_model(m, role: str):
     if m is None or not isinstance(m, str):
         return m
-    if m.startswith("toy"):
-        from specjax.models.toy import load_toy
-
-        return load_toy(m)
-    from specjax.models.loader import load_model
+    from specjax.registry import load_model
 
     return load_model(m)
 

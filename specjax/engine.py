@@ -23,7 +23,7 @@ from flax import nnx, struct
 from jaxtyping import Array, Bool, Int
 
 from specjax.sampling import Sampling
-from specjax.tree import commit_path, prefill, score_root, score_tree, trie
+from specjax.tree import commit_path, decode, prefill, score_tree, trie
 
 
 @struct.dataclass
@@ -157,9 +157,8 @@ class DecodeLoop:
     def step_ar(self, target, st: SeqState) -> SeqState:
         """One autoregressive step: the pending token's logits, one token drawn, its KV kept."""
         _, k_verify = self._keys(st)
-        logits, cache = score_root(target, st.cache, st.history[st.n - 1], self.target_scratch)
+        logits, cache = decode(target, st.cache, st.history[st.n - 1], self.target_scratch)
         emitted = self.sampling.draw(k_verify, logits)[None]
-        cache = target.commit(cache, jnp.zeros((1,), jnp.int32), jnp.int32(1))
         bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET, 0)
         return self._advance(st, emitted, jnp.int32(1), jnp.int32(0), cache,
                              st.drafter_state, st.verifier_state, bad)

@@ -1,4 +1,7 @@
-"""Where trained drafters live and how the drafters find them.
+"""Trained drafter runs on disk: where they live, which one is the latest, their parameters.
+
+The one place both sides agree on: ``specjax.training`` writes runs here and the drafters
+(``specjax.drafters.trained``, ``specjax.drafters.family``) read them; it imports neither.
 
 A training run writes to ``<cache>/train/<kind>/<target>/<hash>/`` (``specjax.assets.cache_root``;
 ``$SPECJAX_CACHE`` moves it), where ``<hash>`` is a digest of the resolved training config minus
@@ -12,11 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import jax
+import orbax.checkpoint as ocp
+from flax import nnx
 
 from specjax.assets import cache_root
 
@@ -62,52 +68,31 @@ def read_run(run: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def build_trained(kind: str, target, checkpoint: str | None, name: str, *,
-                  draft_vocab: int | None = None, **defaults):
-    """The drafter module for ``kind`` on ``target``: trained weights, or a random init.
-
-    ``checkpoint``: None = the latest finished run for (kind, target); ``random[:seed]`` = an
-    untrained module built with ``defaults`` (tests, smoke runs); else a run directory.
-    ``draft_vocab``: restrict drafting to the n most frequent tokens of the run's training text
-    (``token_counts.npy``; for a random module, ids 0..n-1).
-    """
-    module, counts = _build_trained(kind, target, checkpoint, name, **defaults)
-    if draft_vocab is not None:
-        V = int(module.readout.config.vocab_size)
-        if not (isinstance(draft_vocab, int) and 1 <= draft_vocab <= V):
-            raise ValueError(f"{name}: draft_vocab must be an integer in [1, {V}] or null, got "
-                             f"{draft_vocab!r}")
-        ids = (np.arange(draft_vocab) if counts is None
-               else np.argsort(-counts, kind="stable")[:draft_vocab])
-        module.readout.restrict(ids)
-    return module
+def find_family_run(target_name: str, hidden_size: int, num_layers: int, cache_dir=None):
+    """The latest finished draft-family run of this shape for the target, or None."""
+    root = kind_root("family", target_name, cache_dir)
+    want = {"hidden_size": hidden_size, "num_layers": num_layers}
+    runs = [p.parent for p in root.glob("*/final.json")
+            if json.loads(p.read_text()).get("module") == want]
+    return max(runs, key=lambda r: (r / "final.json").stat().st_mtime) if runs else None
 
 
-def _build_trained(kind: str, target, checkpoint: str | None, name: str, **defaults):
-    from specjax.drafters.eagle import target_decoder
-    from specjax.training.checkpoints import restore_params
-    from specjax.training.tasks import make_trainable, wrap_for_drafting
+def checkpoint_manager(run: Path, keep: int = 2) -> ocp.CheckpointManager:
+    """The orbax manager of ``<run>/ckpt/`` (one step directory per saved step)."""
+    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save phase at INFO
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
+    return ocp.CheckpointManager(Path(run).resolve() / "ckpt", options=options)
 
-    decoder = target_decoder(target, name)
-    target_name = getattr(target, "name", "target")
-    if checkpoint is not None and str(checkpoint).startswith("random"):
-        seed = int(str(checkpoint).partition(":")[2] or 0)
-        trainable = make_trainable(kind, decoder.config, seed=seed, **defaults)
-        return wrap_for_drafting(kind, trainable, decoder), None
-    if checkpoint is None:
-        run = latest_run(kind, target_name)
-        if run is None:
-            raise ValueError(
-                f"{name}: no trained {kind} drafter for target {target_name!r} under "
-                f"{kind_root(kind, target_name)}; train one first: specjax-train drafter={kind} "
-                f"target={target_name} (or pass drafter.checkpoint=random for an untrained one)")
-    else:
-        run = Path(checkpoint).expanduser()
-    meta = read_run(run)
-    if meta["kind"] != kind:
-        raise ValueError(f"{name}: checkpoint {run} holds a {meta['kind']!r} run, not {kind!r}")
-    trainable = make_trainable(kind, decoder.config, seed=0, **meta["module"])
-    restore_params(run, trainable)
-    counts = run / "token_counts.npy"
-    return (wrap_for_drafting(kind, trainable, decoder),
-            np.load(counts) if counts.is_file() else None)
+
+def restore_params(run: Path, module: nnx.Module) -> int:
+    """Load the latest checkpoint's parameters into ``module`` in place; returns its step."""
+    mngr = checkpoint_manager(run)
+    step = mngr.latest_step()
+    if step is None:
+        raise ValueError(f"checkpoint: no complete checkpoint under {Path(run) / 'ckpt'}")
+    template = nnx.state(module)  # the structure the trainer saved (``nnx.split``'s state)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
+    out = mngr.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract)))
+    nnx.update(module, out["params"])
+    return step

@@ -6,12 +6,18 @@ token (last emitted, KV not yet cached) is the root at scratch slot 0, draft k t
 Miao et al. 2024, §4.2, and Medusa's tree mask). Root logits give p[k, 0] for every k; node (k, j)
 gives p[k, j + 1]. The accepted path (root + τ tokens of draft d) is committed from scratch to the
 cache. Masks are built with NumPy because K, L and the scratch size are static.
+
+These functions are the decode loop's passes (``specjax.engine`` calls ``prefill``, ``decode``,
+``score_tree`` and ``commit_path``, vmapped over the batch) and the only ones: ``JittedPasses``
+jits the same functions one at a time, for the benchmarks and the equivalence tests.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from specjax.models.base import Cache, CausalLM
@@ -32,6 +38,9 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
     ``features=True`` returns ``(cache, features [P, D])`` (``model.forward_features``).
     """
     P = prompt.shape[0]
+    if P > scratch or P > getattr(cache, "max_len", P):
+        raise ValueError(f"prefill: prompt of {P} tokens does not fit the cache (scratch="
+                         f"{scratch}, max_len={getattr(cache, 'max_len', None)})")
     pos = jnp.arange(P, dtype=jnp.int32)
     # A fresh cache's length is the constant 0, which lets XLA constant-fold the fully masked
     # attention over the empty committed block, once per layer, for seconds each. min(n, 0)
@@ -45,31 +54,13 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
     return model.commit(cache, pos, length - 1)
 
 
-def tree_mask(K: int, L: int, scratch: int) -> np.ndarray:
-    """mask[node, slot] for root at slot 0 and draft k token j at slot 1 + k*L + j."""
-    N = 1 + K * L
-    if N > scratch:
-        raise ValueError(f"score_tree: 1 + K*L = {N} nodes need scratch >= {N}, got {scratch}")
-    mask = np.zeros((N, scratch), bool)
-    mask[:, 0] = True
-    for k in range(K):
-        for j in range(L):
-            mask[1 + k * L + j, 1 + k * L : 1 + k * L + j + 1] = True
-    return mask
-
-
-def tree_depths(K: int, L: int) -> np.ndarray:
-    """Depth of each tree node below the root (its RoPE offset from ``cache.length``)."""
-    return np.concatenate([[0], np.tile(np.arange(1, L + 1), K)]).astype(np.int32)
-
-
 def trie(drafts: Int[Array, "K L"]) -> tuple[Int[Array, "K L"], Int[Array, ""]]:
     """Scratch slot of every drafted node once duplicate prefixes are merged, and the count.
 
     Node (k, j) is the prefix ``drafts[k, :j+1]``; drafts that share a prefix share its nodes
     (at temperature 0 every draft of a model drafter is the same, so K·L nodes collapse to L).
     The canonical node of a prefix is its first draft's; canonical nodes take slots 1, 2, ...
-    in (k, j) order, so with no duplicates node (k, j) sits at 1 + k·L + j as in ``tree_mask``.
+    in (k, j) order, so with no duplicates node (k, j) sits at 1 + k·L + j (the layout above).
     Returns ``slot[k, j]`` (the slot holding prefix (k, j)) and the number of distinct nodes.
     """
     K, L = drafts.shape
@@ -95,6 +86,8 @@ def score_tree(model: CausalLM, cache: Cache, root: Int[Array, ""], drafts: Int[
     """
     K, L = drafts.shape
     N = 1 + K * L if nodes is None else nodes
+    if N > scratch:
+        raise ValueError(f"score_tree: {N} tree nodes need scratch >= {N}, got {scratch}")
     slot, _ = trie(drafts)
     depth = jnp.broadcast_to(jnp.arange(1, L + 1, dtype=jnp.int32), (K, L))
     tokens = jnp.zeros((N,), jnp.int32).at[0].set(root.astype(jnp.int32))
@@ -126,11 +119,78 @@ def commit_path(model: CausalLM, cache: Cache, slot: Int[Array, "K L"],
     return model.commit(cache, slots, num_accepted + 1)
 
 
-def score_root(model: CausalLM, cache: Cache, root: Int[Array, ""],
-               scratch: int) -> tuple[Float[Array, " V"], Cache]:
-    """One-token decode (the autoregressive baseline): logits after the pending token."""
+def decode(model: CausalLM, cache: Cache, root: Int[Array, ""],
+           scratch: int) -> tuple[Float[Array, " V"], Cache]:
+    """One-token decode (the autoregressive step): the logits after the pending token, whose
+    KV is then committed (the token drawn from them becomes the next pending one)."""
     mask = np.zeros((1, scratch), bool)
     mask[0, 0] = True
-    logits, cache = model.forward(root[None].astype(jnp.int32), cache.length[None],
-                                  jnp.zeros((1,), jnp.int32), jnp.asarray(mask), cache)
-    return logits[0], cache
+    slots = jnp.zeros((1,), jnp.int32)
+    logits, cache = model.forward(root[None].astype(jnp.int32), cache.length[None], slots,
+                                  jnp.asarray(mask), cache)
+    return logits[0], model.commit(cache, slots, jnp.int32(1))
+
+
+class JittedPasses:
+    """This module's passes jitted for one model: ``nnx.split`` here, ``nnx.merge`` inside jit.
+
+    The same functions the decode loop runs, one call at a time (the engine runs them inside
+    its ``lax.while_loop``): ``decode_batch`` is ``decode`` vmapped over stacked caches, as the
+    engine batches. The scratch size is the cache's own (``cache.scratch``). The weights enter
+    each compiled function as an argument (never as baked-in constants), and the cache
+    argument is donated so XLA updates the KV arrays in place. The weights travel as a flat
+    list of arrays: flattening the nnx state (one Python call per Variable) on every call
+    costs milliseconds per pass for a model with hundreds of per-layer arrays.
+    """
+
+    def __init__(self, model: CausalLM, compiler_options: dict | None = None):
+        graphdef, state = nnx.split(model)
+        self._leaves, treedef = jax.tree.flatten(state)
+
+        def merge(leaves):
+            return nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+
+        jit = dict(donate_argnames="cache", compiler_options=compiler_options)
+        self._prefill = jax.jit(
+            lambda s, cache, prompt, length, features: prefill(
+                merge(s), cache, prompt, length, cache.scratch, features=features),
+            static_argnames="features", **jit)
+        self._decode = jax.jit(
+            lambda s, cache, root: decode(merge(s), cache, root, cache.scratch), **jit)
+        self._decode_batch = jax.jit(lambda s, cache, roots: jax.vmap(
+            lambda c, r: decode(merge(s), c, r, c.scratch))(cache, roots), **jit)
+        self._score = jax.jit(
+            lambda s, cache, root, drafts, nodes, features: score_tree(
+                merge(s), cache, root, drafts, cache.scratch, nodes, features=features),
+            static_argnames=("nodes", "features"), **jit)
+        self._commit = jax.jit(
+            lambda s, cache, slot, d, tau: commit_path(merge(s), cache, slot, d, tau), **jit)
+        self._logits = jax.jit(lambda s, t: merge(s).logits(t), compiler_options=compiler_options)
+        self.model = model
+
+    def init_cache(self, max_len: int, scratch: int) -> Cache:
+        return self.model.init_cache(max_len, scratch)
+
+    def with_scratch(self, cache: Cache, scratch: int) -> Cache:
+        return self.model.with_scratch(cache, scratch)
+
+    def prefill(self, cache, prompt, length, *, features: bool = False):
+        """``prefill`` through the cache's scratch block (sized >= the padded prompt)."""
+        return self._prefill(self._leaves, cache, prompt, length, features)
+
+    def decode(self, cache, root):
+        return self._decode(self._leaves, cache, root)
+
+    def decode_batch(self, caches, roots):
+        """``decode`` vmapped over a batch of sequences (caches stacked on a leading axis)."""
+        return self._decode_batch(self._leaves, caches, roots)
+
+    def score_tree(self, cache, root, drafts, nodes: int | None = None, *,
+                   features: bool = False):
+        return self._score(self._leaves, cache, root, drafts, nodes, features)
+
+    def commit_path(self, cache, slot, draft_index, num_accepted):
+        return self._commit(self._leaves, cache, slot, draft_index, num_accepted)
+
+    def logits(self, tokens):
+        return self._logits(self._leaves, tokens)

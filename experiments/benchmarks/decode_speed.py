@@ -17,10 +17,12 @@ Both machine limits are measured here, before the models, with all cores:
   copy's bandwidth (27.5 vs 41.6 GB/s on a 2-core Intel Xeon), which no weight-streaming pass
   can beat.
 
-Passes, each the median of ``--reps`` calls after warm-up with the cache holding a 128-token
-prompt: decode (1 token) at batch 1, 4 and 16 (``jax.vmap``, as the engine batches), tree
-scoring at (K, L) = (1, 8), (4, 2), (3, 8), (4, 8) (random drafts, so all 1 + K·L nodes are
-distinct and the trie cannot shrink the tree), and prefill of 128 tokens. Each row prints
+Passes: the decode loop's own functions (``specjax.tree``: ``prefill``, ``decode``,
+``score_tree``, as ``specjax.engine`` calls them), jitted one at a time (``tree.JittedPasses``),
+each the median of ``--reps`` calls after warm-up with the cache holding a 128-token prompt:
+decode (1 token) at batch 1, 4 and 16 (``jax.vmap``, as the engine batches), tree scoring at
+(K, L) = (1, 8), (4, 2), (3, 8), (4, 8) (random drafts, so all 1 + K·L nodes are distinct and
+the trie cannot shrink the tree), and prefill of 128 tokens. Each row prints
 measured ms, roofline ms and ``roofline / measured`` (1.0 = at the limit). Every pass is run
 under each compile setting in ``SETTINGS`` side by side, and the table marks the faster one.
 float32 models run once per ``--layouts``: the layer matmuls through the packed CPU kernel
@@ -42,11 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.benchmarks import command_line
-from specjax import hardware
+from specjax import hardware, load_model
 from specjax.models.layers import gate_up_matmuls, qkv_matmuls
-from specjax.models.loader import MODEL_NAMES, load_model
-from specjax.models.passes import JittedPasses
+from specjax.models.loader import MODEL_NAMES
 from specjax.models.quant import WEIGHT_FORMATS, linear
+from specjax.tree import JittedPasses
 
 PROMPT = 128
 TREES = ((1, 8), (4, 2), (3, 8), (4, 8))
@@ -172,28 +174,29 @@ def bench_passes(jp: JittedPasses, V: int, reps: int, max_len: int) -> dict:
 
     def prefill():
         cache = jp.init_cache(max_len, PROMPT)
-        jax.block_until_ready(jp.prefill(prompt, PROMPT, cache))
+        jax.block_until_ready(jp.prefill(cache, prompt, PROMPT))
 
     out["prefill 128"] = _median_ms(prefill, max(3, reps // 2))
-    base = jp.model.with_scratch(jp.prefill(prompt, PROMPT, jp.init_cache(max_len, PROMPT))[1], 1)
+    # The autoregressive loop's scratch is the root alone (``DecodeLoop.target_scratch``).
+    base = jp.with_scratch(jp.prefill(jp.init_cache(max_len, PROMPT), prompt, PROMPT), 1)
     box = {"cache": base}
     token = jnp.int32(7)
 
     def decode():
-        logits, box["cache"] = jp.decode(token, box["cache"])
+        logits, box["cache"] = jp.decode(box["cache"], token)
         logits.block_until_ready()
 
     out["decode"] = _median_ms(decode, reps)
     for K, L in TREES:
         drafts = jnp.asarray(rng.integers(0, V, (K, L)), jnp.int32)
-        box["cache"] = jp.model.with_scratch(box["cache"], 1 + K * L)
+        box["cache"] = jp.with_scratch(box["cache"], 1 + K * L)
 
         def tree(drafts=drafts):
-            p, box["cache"] = jp.score_tree(token, drafts, box["cache"])
+            p, box["cache"], _ = jp.score_tree(box["cache"], token, drafts)
             p.block_until_ready()
 
         out[f"tree {K}x{L}"] = _median_ms(tree, reps)
-    box["cache"] = jp.model.with_scratch(box["cache"], 1)
+    box["cache"] = jp.with_scratch(box["cache"], 1)
     for B in BATCHES:
         caches = jax.tree.map(lambda x, B=B: jnp.broadcast_to(x, (B, *x.shape)).copy(),
                               box["cache"])
@@ -201,7 +204,7 @@ def bench_passes(jp: JittedPasses, V: int, reps: int, max_len: int) -> dict:
         box[B] = caches
 
         def batch(B=B, tokens=tokens):
-            logits, box[B] = jp.decode_batch(tokens, box[B])
+            logits, box[B] = jp.decode_batch(box[B], tokens)
             logits.block_until_ready()
 
         out[f"decode B={B}"] = _median_ms(batch, max(3, reps // 2))

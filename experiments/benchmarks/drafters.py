@@ -26,11 +26,11 @@ DEFAULT_OUT = Path("paper_repro/results/drafters.md")
 
 def family_members(target_name: str) -> list[str]:
     """``family/<target>/dD-lN`` of every finished family run in the cache (sorted by size)."""
-    from specjax.training import store
-    from specjax.training.family import family_name
+    from specjax import runs
+    from specjax.drafters.family import family_name
 
     shapes = set()
-    for final in store.kind_root("family", target_name).glob("*/final.json"):
+    for final in runs.kind_root("family", target_name).glob("*/final.json"):
         module = json.loads(final.read_text()).get("module", {})
         shapes.add((module["hidden_size"], module["num_layers"]))
     return [family_name(target_name, d, n) for d, n in sorted(shapes)]
@@ -38,13 +38,13 @@ def family_members(target_name: str) -> list[str]:
 
 def trained_runs(target_name: str) -> list[dict]:
     """What each trained drafter in the table learnt from: its run's ``final.json``."""
-    from specjax.training import store
+    from specjax import runs
 
-    runs = [(kind, store.latest_run(kind, target_name)) for kind in ("eagle", "medusa")]
-    runs += [("family", f.parent) for f in
-             sorted(store.kind_root("family", target_name).glob("*/final.json"))]
+    found = [(kind, runs.latest_run(kind, target_name)) for kind in ("eagle", "medusa")]
+    found += [("family", f.parent) for f in
+              sorted(runs.kind_root("family", target_name).glob("*/final.json"))]
     out = []
-    for kind, run in runs:
+    for kind, run in found:
         if run is None:
             continue
         final = json.loads((run / "final.json").read_text())

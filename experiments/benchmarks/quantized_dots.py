@@ -109,7 +109,7 @@ def _quantize_t(w) -> tuple:
 
 def whole_model(name: str, reps: int = 10) -> None:
     from experiments.benchmarks.decode_speed import matmuls_alone_ms
-    from specjax.models.loader import load_model
+    from specjax import load_model
 
     decoder = load_model(name, packed=False).model  # XLA layout: [in, out] arrays to quantize
     f32_ms = matmuls_alone_ms(decoder, 1, reps)

@@ -3,8 +3,9 @@
 ``ModelDrafter`` (a separate small model), ``NgramDrafter`` (prompt lookup, one-hot q),
 ``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
 multi-drafting on a draft model), ``EagleDrafter`` / ``MedusaDrafter`` (trained heads on the
-target's features, ``specjax-train``). All are frozen dataclasses following
-``specjax.drafters.base.Drafter``.
+target's features, ``specjax-train``; ``trained``: what they share, and loading their weights).
+All are frozen dataclasses following ``specjax.drafters.base.Drafter``. ``family``: the trained
+draft-family decoders, loaded by name (``family/<target>/dD-lN``) for ``ModelDrafter``.
 """
 
 from specjax.drafters.base import Drafter

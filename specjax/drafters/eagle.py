@@ -33,65 +33,11 @@ import numpy as np
 from flax import nnx, struct
 from jaxtyping import Array, Float, Int
 
-from algorithms.verifiers.base import IID, Verdict, sample
-from specjax.drafters.base import BlockShape
+from algorithms.verifiers.base import Verdict, sample
+from specjax.drafters.trained import TargetReadout, TrainedHead, layer_weights
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder, KVCache
-from specjax.models.layers import weight_shapes
 from specjax.sampling import Sampling
-
-
-def layer_weights(config: ModelConfig, rng: np.random.Generator) -> dict:
-    """Canonical weights of a 1-layer, 1-token-vocabulary decoder (the layer only is used):
-    norms 1, matrices N(0, 1/fan_in), biases 0."""
-    out = {}
-    for name, shape in weight_shapes(config).items():
-        if name.endswith("norm"):
-            out[name] = np.ones(shape, np.float32)
-        elif name.startswith("b"):
-            out[name] = np.zeros(shape, np.float32)
-        else:
-            out[name] = (rng.standard_normal(shape) / np.sqrt(shape[-2])).astype(np.float32)
-    return out
-
-
-class TargetReadout(nnx.Module):
-    """The target's LM head, shared (not copied): tied embedding or separate ``lm_head``.
-
-    ``restrict(ids)`` limits drafting to a token subset (FR-Spec, Zhao et al. 2025, arXiv
-    2502.14856: the most frequent tokens of the training text): the head contracts with those
-    rows only and every other token gets logit -inf, so q is exactly the law the drafts are
-    drawn from (zero outside the subset) and every verifier stays lossless; only the draft
-    head's cost shrinks by V / len(ids).
-    """
-
-    def __init__(self, target: Decoder):
-        if target.weight_format != "float32":
-            raise ValueError("eagle / medusa drafters read the target's embedding and head as "
-                             f"float32; this target was loaded with weights="
-                             f"{target.weight_format!r} (load it with weights='float32')")
-        self.weight_format = target.weight_format  # read by Decoder.read_out
-        self.config = target.config
-        self.embed = target.embed
-        self.lm_head = target.lm_head
-        self.subset = None
-        self.sub_head = None
-
-    def restrict(self, ids) -> None:
-        ids = jnp.asarray(np.sort(np.asarray(ids)), jnp.int32)
-        head = self.embed[...][ids] if self.config.tie_embeddings else self.lm_head[...][:, ids].T
-        self.subset = nnx.data(nnx.Variable(ids))
-        self.sub_head = nnx.data(nnx.Variable(head))  # [n, D], a copy of the subset's rows
-
-    def embed_tokens(self, tokens: Int[Array, "*N"]) -> Float[Array, "*N D"]:
-        return self.embed[...][tokens]
-
-    def __call__(self, h: Float[Array, "*N D"], *, differentiable: bool = False):
-        if self.subset is None:
-            return Decoder.read_out(self, h, differentiable=differentiable)
-        sub = jnp.einsum("...d,nd->...n", h, self.sub_head[...])
-        full = jnp.full((*h.shape[:-1], self.config.vocab_size), -jnp.inf, sub.dtype)
-        return full.at[..., self.subset[...]].set(sub)
 
 
 class EagleHead(nnx.Module):
@@ -131,37 +77,17 @@ class EagleState:
     count: Int[Array, ""]  # valid chunk rows; length + count == n at propose
 
 
-def target_decoder(target, name: str) -> Decoder:
-    model = getattr(target, "model", target)
-    if not hasattr(model, "forward_features"):
-        raise ValueError(f"{name}: the target must expose its features (a specjax Decoder); "
-                         f"{type(model).__name__} does not (the tabular toy models have none)")
-    return model
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainedHead(BlockShape):
-    """A drafter that reads the target's features through a head ``specjax-train`` trained
-    (``kind``). ``checkpoint``: None = the latest finished ``specjax-train drafter=<kind>`` run for
-    this target; ``random`` / ``random:<seed>`` = an untrained head (tests, smoke runs); else a
-    run directory. ``draft_vocab``: see ``TargetReadout.restrict``."""
-
-    draft_structure: ClassVar[str] = IID
-    target_features: ClassVar[bool] = True
-    kind: ClassVar[str]
-    checkpoint: str | None = None
-    draft_vocab: int | None = None  # draft only the n most frequent training tokens (FR-Spec)
-
-    def module(self, target, draft, **options):
-        from specjax.training.store import build_trained
-
-        return build_trained(self.kind, target, self.checkpoint, type(self).__name__,
-                             draft_vocab=self.draft_vocab, **options)
-
-
 @dataclass(frozen=True, kw_only=True)
 class EagleDrafter(TrainedHead):
     kind: ClassVar[str] = "eagle"
+
+    @staticmethod
+    def trainable(target_config: ModelConfig, *, seed: int = 0) -> EagleHead:
+        return EagleHead(target_config, seed=seed)
+
+    @staticmethod
+    def for_drafting(trainable: EagleHead, target: Decoder) -> EagleModule:
+        return EagleModule(trainable, TargetReadout(target))
 
     def scratch(self) -> int:
         return (self.L + 1) + self.K * (self.L - 1)

@@ -24,7 +24,9 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import Verdict, sample
-from specjax.drafters.eagle import TargetReadout, TrainedHead
+from specjax.drafters.trained import TargetReadout, TrainedHead
+from specjax.models.config import ModelConfig
+from specjax.models.decoder import Decoder
 from specjax.sampling import Sampling
 
 
@@ -53,6 +55,15 @@ class MedusaDrafter(TrainedHead):
     """``checkpoint`` as for ``TrainedHead``; the trained run must have >= L heads."""
 
     kind: ClassVar[str] = "medusa"
+
+    @staticmethod
+    def trainable(target_config: ModelConfig, *, seed: int = 0,
+                  num_heads: int = 4) -> MedusaHeads:
+        return MedusaHeads(target_config.hidden_size, num_heads, seed=seed)
+
+    @staticmethod
+    def for_drafting(trainable: MedusaHeads, target: Decoder) -> MedusaModule:
+        return MedusaModule(trainable, TargetReadout(target))
 
     def module(self, target, draft):
         module = super().module(target, draft, num_heads=self.L)

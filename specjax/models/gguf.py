@@ -25,7 +25,7 @@ import numpy as np
 from gguf.quants import dequantize
 from jaxtyping import Float
 
-from specjax.models.gguf_file import GGUFFile, TensorInfo
+from specjax.models.gguf_file import CONTROL, GGUFFile, TensorInfo, open_gguf
 
 #: Per-layer canonical key -> GGUF tensor name suffix in ``blk.N.``.
 LAYER_TENSORS: dict[str, str] = {
@@ -44,15 +44,6 @@ SUPPORTED_ARCHS = ("llama", "qwen2")
 #: Control tokens that end a turn in the chat formats these models use.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 _CHUNK_ELEMS = 1 << 24  # 64 MiB of float32 per dequantization chunk
-
-
-def open_gguf(path_or_file: str | os.PathLike | GGUFFile) -> GGUFFile:
-    """A parsed ``GGUFFile`` (passed through when given one)."""
-    if isinstance(path_or_file, GGUFFile):
-        return path_or_file
-    if not isinstance(path_or_file, str | os.PathLike):
-        raise TypeError(f"expected a path or GGUFFile, got {type(path_or_file).__name__}")
-    return GGUFFile(path_or_file)
 
 
 def permute_qk(w: Float[np.ndarray, "out in"], n_heads: int) -> Float[np.ndarray, "out in"]:
@@ -126,7 +117,7 @@ def eos_ids(reader: GGUFFile, tokens: list[str] | None = None) -> tuple[int, ...
     index = {t: i for i, t in enumerate(tokens) if t in _END_OF_TURN}
     for name in _END_OF_TURN:
         i = index.get(name)
-        if i is not None and (not types or types[i] == 3):  # 3 = CONTROL
+        if i is not None and (not types or types[i] == CONTROL):
             ids.append(i)
     return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
 

@@ -28,6 +28,8 @@ _SCALARS = {  # GGUFValueType -> struct format
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?"}
 _NUMPY |= {10: "<u8", 11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
+#: ``tokenizer.ggml.token_type`` values (llama.cpp's ``llama_token_type``) that specjax reads.
+CONTROL, USER_DEFINED = 3, 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,3 +110,12 @@ class GGUFFile:
             self._pos += arr.nbytes
             return arr.tolist()
         return [self._value(etype) for _ in range(count)]
+
+
+def open_gguf(path_or_file: str | os.PathLike | GGUFFile) -> GGUFFile:
+    """A parsed ``GGUFFile`` (passed through when given one)."""
+    if isinstance(path_or_file, GGUFFile):
+        return path_or_file
+    if not isinstance(path_or_file, str | os.PathLike):
+        raise TypeError(f"expected a path or GGUFFile, got {type(path_or_file).__name__}")
+    return GGUFFile(path_or_file)

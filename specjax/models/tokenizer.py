@@ -26,15 +26,13 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from tokenizers import pre_tokenizers as pre
 
 from specjax.models.gguf import eos_ids as _eos_ids
-from specjax.models.gguf import open_gguf
-from specjax.models.gguf_file import GGUFFile
+from specjax.models.gguf_file import CONTROL, USER_DEFINED, GGUFFile, open_gguf
 
 #: Qwen2's pre-tokenizer split pattern (from its tokenizer.json).
 QWEN2_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-CONTROL, USER_DEFINED = 3, 4
 SUPPORTED_PRE = ("qwen2", "smollm")
 
 

@@ -4,6 +4,9 @@
 - ``data``: training text from the machine (stdlib sources, prompt suites) and the target's
   own generations (self-distillation), tokenized with the target's tokenizer and cached;
 - ``loop``: AdamW + warmup-cosine + clipping, jitted step, eval, orbax checkpoints, trackers;
-- ``store``: where runs live (cache dir, keyed by a config hash) and how drafters load them;
-- ``family``: the tiny draft decoders, loadable as ``model.draft`` for the ``model`` drafter.
+- ``checkpoints``: saving and resuming a run's parameters and optimizer state.
+
+Where runs live and how drafters find them is ``specjax.runs``; the modules trained are the
+drafters' own (``specjax.drafters``: ``EagleDrafter.trainable``, ``MedusaDrafter.trainable``,
+``drafters.family``). Training imports the drafters, never the other way round.
 """

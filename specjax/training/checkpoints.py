@@ -1,25 +1,15 @@
 """Orbax checkpoints of a training run: trainable parameters, optimizer state, step.
 
-``save`` writes ``<run>/ckpt/<step>/`` through an ``orbax.checkpoint.CheckpointManager`` (atomic:
-a step directory exists only once it is complete, so a kill mid-save leaves the previous one);
-``restore`` rebuilds exactly the saved pytrees (the optimizer state keeps its optax structure,
-taken from a freshly initialised template).
+``save`` writes ``<run>/ckpt/<step>/`` through the run's orbax ``CheckpointManager``
+(``specjax.runs.checkpoint_manager``; atomic: a step directory exists only once it is complete,
+so a kill mid-save leaves the previous one); ``restore`` rebuilds exactly the saved pytrees
+(the optimizer state keeps its optax structure, taken from a freshly initialised template).
 """
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
 import jax
 import orbax.checkpoint as ocp
-from flax import nnx
-
-
-def manager(run: Path, keep: int = 2) -> ocp.CheckpointManager:
-    logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save phase at INFO
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-    return ocp.CheckpointManager(Path(run).resolve() / "ckpt", options=options)
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params, opt_state) -> None:
@@ -38,17 +28,3 @@ def restore(mngr: ocp.CheckpointManager, params_template, opt_template):
         params=ocp.args.StandardRestore(abstract(params_template)),
         opt_state=ocp.args.StandardRestore(abstract(opt_template))))
     return step, out["params"], out["opt_state"]
-
-
-def restore_params(run: Path, module: nnx.Module) -> int:
-    """Load the latest checkpoint's parameters into ``module`` in place; returns its step."""
-    mngr = manager(run)
-    step = mngr.latest_step()
-    if step is None:
-        raise ValueError(f"checkpoint: no complete checkpoint under {Path(run) / 'ckpt'}")
-    template = nnx.state(module)  # the structure the trainer saved (``nnx.split``'s state)
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, template)
-    out = mngr.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract)))
-    nnx.update(module, out["params"])
-    return step

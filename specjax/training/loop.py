@@ -25,26 +25,19 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specjax.training import checkpoints, store
+from specjax import runs
+from specjax.drafters.trained import target_decoder
+from specjax.registry import load_model
+from specjax.training import checkpoints
 from specjax.training.tasks import KINDS, batch_loss, make_trainable
 
 
 def load_target(name: str):
-    """A specjax model by name, or ``tiny-llama`` / ``tiny-qwen2`` (random tiny decoders with
-    the real code path, for tests and smoke runs)."""
-    if name.startswith("tiny-"):
-        from specjax.models.config import tiny_config
-        from specjax.models.decoder import Decoder
-        from specjax.models.toy import ToyLoaded
-
-        preset = name.removeprefix("tiny-")
-        return ToyLoaded(name=name, model=Decoder.random(tiny_config(preset), seed=0),
-                         eos_ids=tiny_config(preset).eos_ids)
+    """``specjax.load_model(name)`` of a decoder (``tiny-llama`` / ``tiny-qwen2`` for tests and
+    smoke runs); the tabular toys have no hidden states to train on."""
     if name.startswith("toy"):
         raise ValueError(f"target: {name!r} is a tabular toy model without hidden states; use a "
                          "decoder (smollm2-135m-instruct, qwen2.5-coder-1.5b-instruct, tiny-llama)")
-    from specjax.models.loader import load_model
-
     return load_model(name)
 
 
@@ -150,8 +143,6 @@ class Trainer:
     """The trainable module, its optimizer and the jitted step / eval for one config."""
 
     def __init__(self, cfg: dict, target):
-        from specjax.drafters.eagle import target_decoder
-
         self.cfg = cfg
         self.kind = cfg["kind"]
         self.target = target_decoder(target, "specjax-train")
@@ -203,7 +194,7 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
 
     check_config(cfg)
     target = load_target(cfg["target"]) if target is None else target
-    run = store.run_dir(cfg["kind"], target.name, cfg, cfg.get("cache_dir"))
+    run = runs.run_dir(cfg["kind"], target.name, cfg, cfg.get("cache_dir"))
     run.mkdir(parents=True, exist_ok=True)
     meta = {"kind": cfg["kind"], "target": target.name, "module": dict(cfg.get("module") or {}),
             "config": cfg}
@@ -216,7 +207,7 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
         counts += np.bincount(stream, minlength=counts.size)[: counts.size]
     np.save(run / "token_counts.npy", counts)
     trainer = Trainer(cfg, target)
-    mngr = checkpoints.manager(run, keep=cfg.get("keep", 2))
+    mngr = runs.checkpoint_manager(run, keep=cfg.get("keep", 2))
     restored = checkpoints.restore(mngr, trainer.params, trainer.opt_state)
     start, elapsed = 0, 0.0
     progress_file = run / "progress.json"  # wall time at each checkpoint: resumed runs add up
@@ -227,7 +218,7 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
     steps, B, T, seed = cfg["steps"], cfg["batch_size"], cfg["seq_len"], cfg["seed"]
     eval_set = corpus.eval_batches(seed, cfg["eval_batches"], B, T)
     if tracker is not None:
-        tracker.start(run, name=f"train-{cfg['kind']}-{store.config_hash(cfg)}", config=cfg)
+        tracker.start(run, name=f"train-{cfg['kind']}-{runs.config_hash(cfg)}", config=cfg)
     bar = tqdm(range(start, steps), initial=start, total=steps, unit="step",
                desc=f"specjax-train {cfg['kind']}", disable=not cfg.get("progress", True))
     t0 = time.perf_counter() - elapsed
@@ -260,7 +251,7 @@ def train(cfg: dict[str, Any], *, target=None, tracker=None, corpus=None,
              "params": int(sum(x.size for x in jax.tree.leaves(trainer.params))),
              "target_config": dataclasses.asdict(trainer.target.config)}
     (run / "final.json").write_text(json.dumps(final, indent=1))
-    store.mark_latest(run)
+    runs.mark_latest(run)
     if tracker is not None:
         tracker.log_summary({f"eval/{k}": v for k, v in last_eval.items()}
                             | {"wall_time_s": final["wall_time_s"]})

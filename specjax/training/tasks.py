@@ -22,65 +22,35 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from specjax.drafters.eagle import EagleDrafter
+from specjax.drafters.family import family_decoder
+from specjax.drafters.medusa import MedusaDrafter
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
 
 KINDS = ("eagle", "medusa", "family")
 
 
-def family_config(target_config: ModelConfig, hidden_size: int, num_layers: int) -> ModelConfig:
-    """A tiny llama-style decoder with the target's vocabulary: head_dim 32, GQA 2:1 from 4
-    heads up, SwiGLU width 3·d, tied embeddings."""
-    if hidden_size % 32 or hidden_size < 32:
-        raise ValueError(f"family: hidden_size must be a positive multiple of 32, got "
-                         f"{hidden_size}")
-    heads = hidden_size // 32
-    return ModelConfig(arch="llama", vocab_size=target_config.vocab_size, num_layers=num_layers,
-                       hidden_size=hidden_size, num_heads=heads,
-                       num_kv_heads=heads // 2 if heads >= 4 else heads, head_dim=32,
-                       intermediate_size=3 * hidden_size, rope_theta=target_config.rope_theta,
-                       rms_eps=target_config.rms_eps, tie_embeddings=True,
-                       context_length=min(target_config.context_length, 4096),
-                       bos_id=target_config.bos_id, eos_ids=target_config.eos_ids)
-
-
 def make_trainable(kind: str, target_config: ModelConfig, *, seed: int = 0, **options):
-    from specjax.drafters.eagle import EagleHead, layer_weights
-    from specjax.drafters.medusa import MedusaHeads
-
+    """The module ``kind`` trains, built by the drafter side that later drafts with it."""
     if kind == "eagle":
         _no_options(kind, options)
-        return EagleHead(target_config, seed=seed)
+        return EagleDrafter.trainable(target_config, seed=seed)
     if kind == "medusa":
         num_heads = options.pop("num_heads", 4)
         _no_options(kind, options)
-        return MedusaHeads(target_config.hidden_size, num_heads, seed=seed)
+        return MedusaDrafter.trainable(target_config, seed=seed, num_heads=num_heads)
     if kind == "family":
-        config = family_config(target_config, options.pop("hidden_size", 64),
-                               options.pop("num_layers", 1))
+        hidden_size, num_layers = options.pop("hidden_size", 64), options.pop("num_layers", 1)
         _no_options(kind, options)
-        weights = layer_weights(config, np.random.default_rng(seed))
-        weights["embed"] = weights["embed"] * 0.02 * np.sqrt(config.vocab_size)  # N(0, 0.02²)
-        return Decoder(config, weights)
+        return family_decoder(target_config, hidden_size, num_layers, seed=seed)
     raise ValueError(f"kind: unknown drafter kind {kind!r}; allowed: {', '.join(KINDS)}")
 
 
 def _no_options(kind: str, options: dict) -> None:
     if options:
         raise ValueError(f"{kind}: unknown module option(s) {sorted(options)}")
-
-
-def wrap_for_drafting(kind: str, trainable, target: Decoder):
-    from specjax.drafters.eagle import EagleModule, TargetReadout
-    from specjax.drafters.medusa import MedusaModule
-
-    if kind == "eagle":
-        return EagleModule(trainable, TargetReadout(target))
-    if kind == "medusa":
-        return MedusaModule(trainable, TargetReadout(target))
-    return trainable
 
 
 def _target_pass(target: Decoder, tokens):

@@ -1,5 +1,6 @@
 """Forward equivalence of the cached decoder: the uncached full forward is the reference.
 
+The passes are the engine's (``specjax.tree``, jitted one at a time by ``JittedPasses``):
 full-sequence logits == prefill + step-by-step cached decode == score_tree logits of every
 drafted prefix (shared and diverging drafts); after committing an accepted path, decoding goes on
 as if the path had been decoded token by token. Random tiny models (llama-like tied GQA,
@@ -15,7 +16,7 @@ from flax import nnx
 from specjax.models.config import ModelConfig, tiny_config
 from specjax.models.decoder import Decoder
 from specjax.models.layers import weight_shapes
-from specjax.models.passes import JittedPasses, decode, prefill, score_tree, tree_mask
+from specjax.tree import JittedPasses, decode, prefill, score_tree
 
 TOL = 1e-5  # float32 max abs error on logits of order 1 (brief: <= 1e-5)
 PAD = 32  # every reference sequence is padded to this length
@@ -70,24 +71,29 @@ def test_packed_float32_gives_the_logits_of_xla_layout(name):
 
 
 def test_prefill_then_decode_equals_full_forward(jp):
-    check_prefill_then_decode(jp, SCRATCH)
+    check_prefill_then_decode(jp)
 
 
-def test_chunked_prefill_and_multi_head_equal_full_forward():
-    """Scratch 8 < prompt 16: the prompt goes through in two chunks (plain multi-head model)."""
-    check_prefill_then_decode(JittedPasses(Decoder.random(CONFIGS["llama_mha"], 7)), 8)
+def test_multi_head_prefill_then_decode_equals_full_forward():
+    check_prefill_then_decode(JittedPasses(Decoder.random(CONFIGS["llama_mha"], 7)))
 
 
-def check_prefill_then_decode(jp, scratch):
+def prefilled(jp, ctx, scratch=SCRATCH):
+    """The engine's prefill of a padded prompt: all but its last token cached, the last one
+    pending; then the step's scratch block."""
+    n = ctx.shape[0]
+    cache = jp.prefill(jp.init_cache(MAX_LEN, PROMPT), jnp.pad(ctx, (0, PROMPT - n)), n)
+    assert int(cache.length) == n - 1
+    return jp.with_scratch(cache, scratch)
+
+
+def check_prefill_then_decode(jp):
     V = jp.model.vocab_size
     seq = tokens(V, 20, seed=1)
     full = full_logits(jp, seq)
-    cache = jp.init_cache(MAX_LEN, scratch)
-    pre, cache = jp.prefill(jnp.pad(seq[:11], (0, PROMPT - 11)), 11, cache)  # padded prompt
-    assert int(cache.length) == 11
-    assert maxerr(pre[:11], full[:11]) <= TOL
-    for t in range(11, 20):
-        logits, cache = jp.decode(seq[t], cache)
+    cache = prefilled(jp, seq[:11], scratch=1)  # the autoregressive loop's scratch
+    for t in range(10, 20):  # the pending prompt token, then one generated token at a time
+        logits, cache = jp.decode(cache, seq[t])
         assert maxerr(logits, full[t]) <= TOL
     assert int(cache.length) == 20
 
@@ -101,16 +107,16 @@ def drafts_with_shared_and_diverging_prefixes(V, seed):
 
 
 def score_after_prompt(jp, ctx, root, drafts):
-    cache = jp.init_cache(MAX_LEN, SCRATCH)
-    _, cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - ctx.shape[0])), ctx.shape[0], cache)
-    return jp.score_tree(root, drafts, cache)
+    """The tree after prompt ``ctx``: root = the pending token (the prompt's last)."""
+    cache = prefilled(jp, jnp.concatenate([ctx, root]))
+    return jp.score_tree(cache, root[0], drafts)
 
 
 def test_score_tree_equals_full_forward_of_every_drafted_prefix(jp):
     V = jp.model.vocab_size
     ctx, root = tokens(V, 9, seed=2), tokens(V, 1, seed=3)
     drafts = drafts_with_shared_and_diverging_prefixes(V, seed=4)
-    p, cache = score_after_prompt(jp, ctx, root, drafts)
+    p, cache, _ = score_after_prompt(jp, ctx, root, drafts)
     assert p.shape == (3, 5, V)
     assert int(cache.length) == 9  # scoring commits nothing
     for k in range(3):
@@ -124,8 +130,7 @@ def test_tree_mask_leak_is_detected(jp):
     V = jp.model.vocab_size
     ctx, root = tokens(V, 9, seed=2), tokens(V, 1, seed=3)
     drafts = drafts_with_shared_and_diverging_prefixes(V, seed=4)
-    cache = jp.init_cache(MAX_LEN, SCRATCH)
-    _, cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - 9)), 9, cache)
+    cache = prefilled(jp, jnp.concatenate([ctx, root]))
     N = 1 + drafts.size
     positions = cache.length + jnp.asarray([0] + [1, 2, 3, 4] * 3)
     leaky = jnp.asarray(np.ones((N, SCRATCH), bool))
@@ -140,18 +145,18 @@ def test_commit_path_then_decode_equals_full_forward(jp, d, tau):
     V = jp.model.vocab_size
     ctx, root = tokens(V, 9, seed=5), tokens(V, 1, seed=6)
     drafts = drafts_with_shared_and_diverging_prefixes(V, seed=7)
-    _, cache = score_after_prompt(jp, ctx, root, drafts)
-    cache = jp.commit_path(cache, jnp.int32(d), jnp.int32(tau), L=4)
+    _, cache, slot = score_after_prompt(jp, ctx, root, drafts)
+    cache = jp.commit_path(cache, slot, jnp.int32(d), jnp.int32(tau))
     assert int(cache.length) == 9 + 1 + tau
     rest = tokens(V, 4, seed=8)  # the bonus token and what follows
     full = full_logits(jp, jnp.concatenate([ctx, root, drafts[d, :tau], rest]))
     for i in range(4):
-        logits, cache = jp.decode(rest[i], cache)
+        logits, cache = jp.decode(cache, rest[i])
         assert maxerr(logits, full[10 + tau + i]) <= TOL
     # a second tree on top of the committed path agrees with the full forward as well
     more = drafts_with_shared_and_diverging_prefixes(V, seed=9)
     root2 = tokens(V, 1, seed=10)
-    p, _ = jp.score_tree(root2, more, cache)
+    p, _, _ = jp.score_tree(cache, root2[0], more)
     for k in range(3):
         seq = jnp.concatenate([ctx, root, drafts[d, :tau], rest, root2, more[k]])
         full = full_logits(jp, seq)
@@ -166,24 +171,27 @@ def test_vmapped_batch_with_different_prompt_lengths_equals_per_sequence():
     prompts = jnp.stack([tokens(V, PROMPT, seed=20 + b) for b in range(3)])
     roots = tokens(V, 3, seed=30)
     drafts = jnp.stack([drafts_with_shared_and_diverging_prefixes(V, 40 + b) for b in range(3)])
-    cache = jax.vmap(lambda _: model.init_cache(MAX_LEN, SCRATCH))(jnp.arange(3))
+    cache = jax.vmap(lambda _: model.init_cache(MAX_LEN, PROMPT))(jnp.arange(3))
 
     @jax.jit
     def batch(prompts, lengths, roots, drafts, cache):
-        _, cache = jax.vmap(lambda t, n, c: prefill(model, t, n, c))(prompts, lengths, cache)
-        step, cache = jax.vmap(lambda t, c: decode(model, t, c))(roots, cache)
-        p, cache = jax.vmap(lambda r, d, c: score_tree(model, r, d, c))(roots, drafts, cache)
+        cache = jax.vmap(lambda c, t, n: prefill(model, c, t, n, PROMPT))(cache, prompts, lengths)
+        cache = jax.vmap(lambda c: model.with_scratch(c, SCRATCH))(cache)
+        pending = jax.vmap(lambda t, n: t[n - 1])(prompts, lengths)
+        step, cache = jax.vmap(lambda c, t: decode(model, c, t, SCRATCH))(cache, pending)
+        p, cache, _ = jax.vmap(lambda c, r, d: score_tree(model, c, r, d, SCRATCH))(
+            cache, roots, drafts)
         return step, p, cache
 
     step, p, cache = batch(prompts, lengths, roots, drafts, cache)
-    assert [int(x) for x in cache.length] == [6, 13, 10]
+    assert [int(x) for x in cache.length] == [5, 12, 9]
     for b in range(3):
         n = int(lengths[b])
-        seq = jnp.concatenate([prompts[b, :n], roots[b : b + 1], roots[b : b + 1]])
-        assert maxerr(step[b], full_logits(jp, seq[: n + 1])[n]) <= TOL
+        seq = jnp.concatenate([prompts[b, :n], roots[b : b + 1]])
+        assert maxerr(step[b], full_logits(jp, seq[:n])[n - 1]) <= TOL
         for k in range(3):
             full = full_logits(jp, jnp.concatenate([seq, drafts[b, k]]))
-            assert maxerr(p[b, k], full[n + 1 :]) <= TOL
+            assert maxerr(p[b, k], full[n:]) <= TOL
 
 
 def random_weights(config: ModelConfig, seed: int) -> dict:
@@ -211,25 +219,26 @@ def test_early_exit_equals_a_model_built_with_fewer_layers():
     c1, c2 = exit2.init_cache(MAX_LEN, SCRATCH), small.init_cache(MAX_LEN, SCRATCH)
     assert len(c1.k) == len(c2.k) == 2  # one committed KV block per active layer
     assert c1.k[0].shape == c2.k[0].shape == (config.num_kv_heads, MAX_LEN, config.head_dim)
-    _, c1 = exit2.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c1)
-    _, c2 = small.prefill(jnp.pad(seq[:6], (0, PROMPT - 6)), 6, c2)
-    assert maxerr(exit2.decode(seq[6], c1)[0], small.decode(seq[6], c2)[0]) <= TOL
+    c1 = exit2.prefill(exit2.init_cache(MAX_LEN, PROMPT), jnp.pad(seq[:7], (0, PROMPT - 7)), 7)
+    c2 = small.prefill(small.init_cache(MAX_LEN, PROMPT), jnp.pad(seq[:7], (0, PROMPT - 7)), 7)
+    assert maxerr(exit2.decode(c1, seq[6])[0], small.decode(c2, seq[6])[0]) <= TOL
 
 
 def test_prompt_longer_than_cache_is_a_clear_error():
     jp = JittedPasses(Decoder.random(tiny_config("llama"), seed=0))
-    cache = jp.init_cache(8, 4)
     with pytest.raises(ValueError, match="prompt of 9 tokens does not fit the cache"):
-        jp.prefill(tokens(67, 9, seed=0), 9, cache)
-    with pytest.raises(ValueError, match="does not fit the cache"):
-        prefill(jp.model, tokens(67, 9, seed=0), 9, cache)
-    with pytest.raises(ValueError, match=r"n must be in \[0, 4\]"):
-        prefill(jp.model, tokens(67, 4, seed=0), 5, cache)
+        jp.prefill(jp.init_cache(8, 9), tokens(67, 9, seed=0), 9)  # over max_len
+    with pytest.raises(ValueError, match="prompt of 9 tokens does not fit the cache"):
+        prefill(jp.model, jp.init_cache(16, 4), tokens(67, 9, seed=0), 9, 4)  # over scratch
+    jp.prefill(jp.init_cache(9, 9), tokens(67, 9, seed=0), 9)  # (the check can pass)
 
 
 def test_tree_larger_than_scratch_is_a_clear_error():
-    with pytest.raises(ValueError, match="need scratch >= 9"):
-        tree_mask(4, 2, 8)
+    jp = JittedPasses(Decoder.random(tiny_config("llama"), seed=0))
+    cache = jp.init_cache(8, 8)
+    with pytest.raises(ValueError, match="9 tree nodes need scratch >= 9"):
+        jp.score_tree(cache, jnp.int32(1), jnp.ones((4, 2), jnp.int32))
+    jp.score_tree(cache, jnp.int32(1), jnp.ones((1, 7), jnp.int32))  # 8 nodes fit
 
 
 @pytest.mark.parametrize(

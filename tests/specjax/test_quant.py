@@ -6,9 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specjax import kernels
+from specjax import kernels, load_model
 from specjax.models import quant
-from specjax.models.loader import load_model
 from specjax.models.quant import (
     Int8Weight,
     linear,

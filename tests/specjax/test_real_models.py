@@ -18,6 +18,7 @@ import pytest
 
 from specjax import load_model
 from specjax.models.loader import LoadedModel
+from specjax.tree import JittedPasses
 
 GOLDENS = json.loads((Path(__file__).parent / "goldens" / "model_goldens.json").read_text())
 SMOL = "smollm2-135m-instruct"
@@ -25,14 +26,20 @@ QWEN = ["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"]
 LOGIT_TOL = 2e-3  # float32 decoder vs the float64 NumPy reference, as in make_model_goldens.py
 
 
+def prefilled(jp: JittedPasses, ids: list[int], scratch: int):
+    """The engine's prefill: all but the last prompt token cached, the last one pending."""
+    cache = jp.prefill(jp.init_cache(64, 16), jnp.asarray(ids + [0] * (16 - len(ids)), jnp.int32),
+                       len(ids))
+    return jp.with_scratch(cache, scratch)
+
+
 def greedy(model: LoadedModel, ids: list[int], n: int) -> list[int]:
-    """Cached greedy decoding: prefill all but the last prompt token, then one decode per token."""
-    jp = model.passes
-    cache = jp.init_cache(64, 16)
-    _, cache = jp.prefill(jnp.asarray(ids[:-1], jnp.int32), len(ids) - 1, cache)
+    """Cached greedy decoding: the engine's prefill, then one decode per token."""
+    jp = JittedPasses(model.model)
+    cache = prefilled(jp, ids, 1)
     token, out = ids[-1], []
     for _ in range(n):
-        logits, cache = jp.decode(jnp.int32(token), cache)
+        logits, cache = jp.decode(cache, jnp.int32(token))
         token = int(jnp.argmax(logits))
         out.append(token)
     return out
@@ -55,11 +62,10 @@ def check_greedy_and_tree(model: LoadedModel, golden: dict) -> None:
     assert out == golden["greedy_ids"]
     # The same continuation scored as one draft tree (K=1, L=8) in a single forward: every
     # position's argmax is the next greedy token, i.e. greedy verification accepts all 8.
-    jp = model.passes
-    cache = jp.init_cache(64, 16)
-    _, cache = jp.prefill(jnp.asarray(ids[:-1], jnp.int32), len(ids) - 1, cache)
+    jp = JittedPasses(model.model)
+    cache = prefilled(jp, ids, 9)
     drafts = jnp.asarray([out[:8]], jnp.int32)
-    p, _ = jp.score_tree(jnp.int32(ids[-1]), drafts, cache)
+    p, _, _ = jp.score_tree(cache, jnp.int32(ids[-1]), drafts)
     assert np.argmax(np.asarray(p[0]), axis=-1).tolist() == out[:9]
 
 

@@ -15,7 +15,8 @@ import jax
 import numpy as np
 import pytest
 
-from specjax.training import checkpoints, store
+from specjax import runs
+from specjax.training import checkpoints
 from specjax.training.data import Corpus
 from specjax.training.loop import Trainer, check_config, load_target, train
 
@@ -106,13 +107,13 @@ def test_orbax_kill_and_resume_is_exact(target, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="no trained medusa drafter.*specjax-train drafter=medusa"):
         MedusaDrafter(K=1, L=2).module(target, None)
     stopped = train(cfg, target=target, corpus=corpus, stop_after=3)  # "killed" after step 3
-    run = store.run_dir("medusa", target.name, cfg, cfg["cache_dir"])
+    run = runs.run_dir("medusa", target.name, cfg, cfg["cache_dir"])
     assert not (run / "final.json").exists()
     with pytest.raises(ValueError, match="no trained medusa drafter"):  # unfinished: not used
         MedusaDrafter(K=1, L=2).module(target, None)
     # What a fresh process restores is exactly what was saved.
     fresh = Trainer(cfg, target)
-    step, params, opt_state = checkpoints.restore(checkpoints.manager(run), fresh.params,
+    step, params, opt_state = checkpoints.restore(runs.checkpoint_manager(run), fresh.params,
                                                   fresh.opt_state)
     assert step == 3
     assert _equal(params, stopped["params"]) and _equal(opt_state, stopped["opt_state"])
@@ -124,7 +125,7 @@ def test_orbax_kill_and_resume_is_exact(target, tmp_path, monkeypatch):
     assert _equal(resumed["params_state"], straight["params_state"])
     assert _equal(resumed["opt_state"], straight["opt_state"])
     # The drafter finds the finished run (checkpoint=None) and gets the trained weights.
-    assert store.latest_run("medusa", target.name, cfg["cache_dir"]) == run
+    assert runs.latest_run("medusa", target.name, cfg["cache_dir"]) == run
     module = MedusaDrafter(K=1, L=2).module(target, None)
     assert _equal(nnx.state(module.heads, nnx.Param), resumed["params_state"])
     # draft_vocab takes the run's most frequent training tokens (token_counts.npy)
@@ -141,7 +142,7 @@ def test_family_member_loads_as_a_model_drafter(target, tmp_path, monkeypatch):
     from flax import nnx
 
     import specjax
-    from specjax.training.family import family_name
+    from specjax.drafters.family import family_name
 
     monkeypatch.setenv("SPECJAX_CACHE", str(tmp_path))
     final = train(cfg_for("family", steps=3), target=target, corpus=periodic_corpus())

@@ -1,9 +1,9 @@
 """The trie over K drafts: each distinct prefix is scored once, and nothing else changes.
 
-Reference: the full tree of ``specjax.models.passes`` (every node scored, as before the trie),
-itself checked against the uncached forward in ``test_decoder.py``. The trie must give the same
-[K, L+1, V] laws from fewer rows, and committing through its slots must leave the cache exactly
-as decoding the accepted path token by token would.
+Reference: the uncached forward of every draft (what ``test_decoder.py`` checks the full-size
+tree against). The trie must give the same [K, L+1, V] laws from fewer rows, and committing
+through its slots must leave the cache exactly as decoding the accepted path token by token
+would.
 """
 
 import jax
@@ -13,9 +13,7 @@ import pytest
 
 from specjax.models.config import tiny_config
 from specjax.models.decoder import Decoder
-from specjax.models.passes import JittedPasses
-from specjax.models.passes import score_tree as full_score_tree
-from specjax.tree import commit_path, score_tree, trie
+from specjax.tree import JittedPasses, commit_path, score_tree, trie
 
 TOL = 1e-5
 MAX_LEN, PROMPT = 24, 16
@@ -60,6 +58,13 @@ def jp(model):
     return JittedPasses(model)
 
 
+def prefilled(jp, ctx, root):
+    """The engine's state before a step: ``ctx`` cached, ``root`` pending, a 13-slot scratch."""
+    n = ctx.shape[0] + 1
+    prompt = jnp.pad(jnp.concatenate([ctx, root[None]]), (0, PROMPT - n))
+    return jp.with_scratch(jp.prefill(jp.init_cache(MAX_LEN, PROMPT), prompt, n), 13)
+
+
 def drafts_with_duplicates(V):
     d = np.random.default_rng(3).integers(0, V, (4, 3))
     d[1] = d[0]  # a full duplicate
@@ -74,9 +79,9 @@ def test_trie_scores_equal_the_full_tree_and_commit_equals_decoding(model, jp, d
     ctx = jnp.asarray(np.random.default_rng(1).integers(0, V, 9), jnp.int32)
     root = jnp.int32(5)
     drafts = drafts_with_duplicates(V)
-    cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - 9)), 9, jp.init_cache(MAX_LEN, PROMPT))[1]
-    cache = model.with_scratch(cache, 13)
-    p_full, _ = full_score_tree(model, root, drafts, cache)
+    cache = prefilled(jp, ctx, root)
+    p_full = jnp.stack([jp.logits(jnp.concatenate([ctx, root[None], drafts[k]]))[9:]
+                        for k in range(4)])
     _, count = trie(drafts)
     assert int(count) == 7
     p, tcache, slot = jax.jit(lambda c: score_tree(model, c, root, drafts, 13, nodes=8))(cache)
@@ -86,10 +91,10 @@ def test_trie_scores_equal_the_full_tree_and_commit_equals_decoding(model, jp, d
     # Reference: the accepted path decoded token by token on the plain cache.
     ref = cache
     for t in [root, *drafts[d, :tau]]:
-        _, ref = jp.decode(t, ref)
+        _, ref = jp.decode(ref, t)
     nxt = jnp.int32(11)
-    got = jp.decode(nxt, committed)[0]
-    want = jp.decode(nxt, ref)[0]
+    got = jp.decode(committed, nxt)[0]
+    want = jp.decode(ref, nxt)[0]
     assert float(jnp.max(jnp.abs(got - want))) <= TOL
 
 
@@ -98,14 +103,13 @@ def test_wrong_slot_is_detected(model, jp):
     V = model.vocab_size
     ctx = jnp.asarray(np.random.default_rng(1).integers(0, V, 9), jnp.int32)
     drafts = drafts_with_duplicates(V)
-    cache = jp.prefill(jnp.pad(ctx, (0, PROMPT - 9)), 9, jp.init_cache(MAX_LEN, PROMPT))[1]
-    cache = model.with_scratch(cache, 13)
+    cache = prefilled(jp, ctx, jnp.int32(5))
     _, tcache, _ = score_tree(model, cache, jnp.int32(5), drafts, 13, nodes=8)
     full_slots = 1 + 3 * jnp.arange(4)[:, None] + jnp.arange(3)[None, :]
     wrong = commit_path(model, tcache, full_slots, jnp.int32(2), jnp.int32(3))
     ref = cache
     for t in [jnp.int32(5), *drafts[2]]:
-        _, ref = jp.decode(t, ref)
-    got = jp.decode(jnp.int32(11), wrong)[0]
-    want = jp.decode(jnp.int32(11), ref)[0]
+        _, ref = jp.decode(ref, t)
+    got = jp.decode(wrong, jnp.int32(11))[0]
+    want = jp.decode(ref, jnp.int32(11))[0]
     assert float(jnp.max(jnp.abs(got - want))) > 100 * TOL

@@ -27,9 +27,11 @@ import numpy as np
 from specjax.assets import fetch
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
-from specjax.models.gguf import open_gguf, read_gguf
+from specjax.models.gguf import read_gguf
+from specjax.models.gguf_file import open_gguf
 from specjax.models.loader import LoadedModel
 from specjax.models.tokenizer import GGUFTokenizer
+from specjax.tree import JittedPasses
 
 PROMPT = "def fibonacci(n):"
 NEW_TOKENS = 32
@@ -99,12 +101,12 @@ def reference_greedy(hp, w, ids, n):
 
 
 def jax_greedy(model: LoadedModel, ids: list[int], n: int) -> list[int]:
-    jp = model.passes
-    cache = jp.init_cache(64, 16)
-    _, cache = jp.prefill(jnp.asarray(ids[:-1], jnp.int32), len(ids) - 1, cache)
+    jp = JittedPasses(model.model)  # the engine's passes: prefill, then one decode per token
+    prompt = jnp.asarray(ids + [0] * (16 - len(ids)), jnp.int32)
+    cache = jp.with_scratch(jp.prefill(jp.init_cache(64, 16), prompt, len(ids)), 1)
     token, out = ids[-1], []
     for _ in range(n):
-        logits, cache = jp.decode(jnp.int32(token), cache)
+        logits, cache = jp.decode(cache, jnp.int32(token))
         token = int(jnp.argmax(logits))
         out.append(token)
     return out
