@@ -20,13 +20,15 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "train"
+#: ``configs/train`` of the package's config tree; its ``logger`` group is specjax-run's
+#: (``configs/logger``, on the search path: ``hydra.searchpath`` in ``train/config.yaml``).
+CONFIG_DIR = Path(__file__).resolve().parent / "configs" / "train"
 EXIT_INVALID = 2
-GROUPS = ("drafter", "logger")
+GROUP_DIRS = {"drafter": CONFIG_DIR / "drafter", "logger": CONFIG_DIR.parent / "logger"}
 
 
 def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    return sorted(p.stem for p in GROUP_DIRS[group].glob("*.yaml"))
 
 
 def check_group_overrides(args: list[str]) -> None:
@@ -35,7 +37,7 @@ def check_group_overrides(args: list[str]) -> None:
             continue
         key, value = arg.split("=", 1)
         key = key.lstrip("+~")
-        if key in GROUPS and "(" not in value:
+        if key in GROUP_DIRS and "(" not in value:
             for choice in value.split(","):
                 if choice not in group_options(key):
                     raise ValueError(f"{key}: unknown {key} {choice!r}; allowed: "

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+#: The Hydra config tree, package data of ``experiments`` (``experiments/configs``, a link to the
+#: repository's ``configs/``; a wheel holds the files themselves), so an installed copy finds it.
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 GROUPS = ("model", "drafter", "verifier", "sampling", "dataset", "logger", "experiment",
           "mesh")
 
