@@ -43,9 +43,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from experiments.validate import CONFIG_DIR  # the package's config tree, as specjax-run's
 from specjax import hardware, provenance
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).parent / "results"
 SESSION = uuid.uuid4().hex[:12]  # one per process: which cells were measured together
 
