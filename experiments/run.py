@@ -50,7 +50,8 @@ def _instantiate(cfg: DictConfig):
     """The cheap checks: config fields, then the objects they make (no model loaded yet)."""
     check_config(cfg)
     verifier = instantiate(cfg.verifier)
-    drafter = instantiate(cfg.drafter)
+    # L=auto: a placeholder L until the probe has measured (``specjax.auto_lookahead``).
+    drafter = instantiate(cfg.drafter, **({"L": 1} if cfg.drafter.get("L") == "auto" else {}))
     sampling = instantiate(cfg.sampling)
     dataset = instantiate(cfg.dataset)
     check_pairing(cfg, drafter, verifier)
@@ -63,6 +64,13 @@ def _load(name: str, weights: str = "float32"):
     return specjax.load_model(name, weights=weights)
 
 
+def draft_weights_of(cfg: DictConfig) -> str:
+    """``model.draft_weights``, else the target's ``model.weights``: any draft is exact, since
+    the verifier sees the q it sampled from, so a cheaper int8 draft beside a float32 target
+    changes only the speed."""
+    return cfg.model.get("draft_weights") or cfg.model.get("weights", "float32")
+
+
 def _load_models(cfg: DictConfig, drafter):
     """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
     from specjax.drafters import ModelDrafter
@@ -73,10 +81,12 @@ def _load_models(cfg: DictConfig, drafter):
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
+    draft_weights = draft_weights_of(cfg)
     if needs_draft and cfg.model.get("draft"):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
-                     else _load(cfg.model.draft, cfg.model.get("weights", "float32")))
+                     and draft_weights == cfg.model.get("weights", "float32")
+                     else _load(cfg.model.draft, draft_weights))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
@@ -87,7 +97,7 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                    console: Console | None = None) -> dict[str, Any]:
     """Run one config into ``run_dir``; return the summary (the stored one when resumed)."""
     import specjax
-    from specjax.metrics import speedup
+    from specjax.metrics import regime, speedup
 
     console = console or Console()
     run_dir = Path(run_dir)
@@ -110,6 +120,15 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
 
     prompts = dataset.load()
     texts = dataset.texts(target, prompts)
+    auto = None
+    if cfg.drafter.get("L") == "auto":
+        import dataclasses
+
+        from specjax.auto_lookahead import choose_lookahead
+
+        L, auto = choose_lookahead(target, draft, drafter, texts, verifier=verifier,
+                                   sampling=sampling, seed=cfg.seed)
+        drafter = dataclasses.replace(drafter, L=L)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                   batch_size=cfg.batch_size, mesh=mesh)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
@@ -127,13 +146,16 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
-                  "weights": cfg.model.get("weights", "float32")},
+                  "weights": cfg.model.get("weights", "float32"),
+                  "draft_weights": draft_weights_of(cfg) if draft else None},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
-                    **OmegaConf.to_container(cfg.drafter, resolve=True)},
+                    **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,
+                    **({"auto_lookahead": auto} if auto else {})},
         "verifier": verifier_name(verifier),
         "speculative": spec.summary,
         "autoregressive": None if ar is None else ar.summary,
         "speedup": None if ar is None else speedup(spec, ar),
+        "regime": regime(cfg.batch_size, len(prompts)),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     summary["drafter"].pop("_target_", None)

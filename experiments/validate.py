@@ -83,7 +83,15 @@ def _number(cfg: DictConfig, path: str):
 def check_config(cfg: DictConfig) -> None:
     """Field-by-field checks on the composed config (no imports of models or drafters)."""
     _int(cfg, "drafter.K", 1)
-    _int(cfg, "drafter.L", 1)
+    if cfg.drafter.get("L") == "auto":
+        if not str(cfg.drafter.get("_target_", "")).endswith(("ModelDrafter", "GreedyDrafter")):
+            raise ConfigError("drafter.L", "L=auto measures a draft model's cost against the "
+                              "target's; it applies to drafter=model or drafter=greedy only "
+                              "(give an integer L >= 1 here)")
+    else:
+        _int(cfg, "drafter.L", 1)
+    if cfg.drafter.get("draft_vocab") is not None:
+        _int(cfg, "drafter.draft_vocab", 1)
     if "num_layers" in cfg.drafter:
         _int(cfg, "drafter.num_layers", 1)
     if "min_ngram" in cfg.drafter:
@@ -111,6 +119,13 @@ def check_config(cfg: DictConfig) -> None:
     if weights != "float32" and str(_get(cfg, "model.target")).startswith("toy"):
         raise ConfigError("model.weights", f"weights={weights} applies to the GGUF models; "
                           "the toy models are exact float tables (use float32)")
+    draft_weights = cfg.model.get("draft_weights")
+    if draft_weights is not None and draft_weights not in WEIGHT_FORMATS:
+        raise ConfigError("model.draft_weights", f"unknown weight format {draft_weights!r}; "
+                          f"allowed: {', '.join(WEIGHT_FORMATS)} (or null: the target's)")
+    if draft_weights not in (None, "float32") and str(cfg.model.get("draft")).startswith("toy"):
+        raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
+                          "the GGUF models; the toy models are exact float tables")
     from specjax.data import SUITES
 
     if cfg.dataset.suite not in SUITES:

@@ -237,10 +237,11 @@ class Models:
         if self.target is None:
             self.target, self.drafts[self.setting.draft_weights] = load_pair(self.setting)
         weights = draft_weights_of(self.setting, method)
-        if weights not in self.drafts:
-            from dataclasses import replace as with_
+        if weights not in self.drafts:  # only the draft: a second target would not fit in RAM
+            from specjax import load_model
 
-            self.drafts[weights] = load_pair(with_(self.setting, draft_weights=weights))[1]
+            self.drafts[weights] = load_model(model_names(self.setting.models)[1],
+                                              weights=weights)
         return self.target, self.drafts[weights]
 
 

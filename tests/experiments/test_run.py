@@ -43,7 +43,7 @@ def test_results_file_has_a_line_per_prompt_then_the_summary(greedy_run):
     assert [x["id"] for x in lines[:3]] == ["toy/0", "toy/1", "toy/2"]
     assert lines[-1]["verifier"] == "token" and lines[-1]["drafter"]["name"] == "model"
     assert lines[-1]["model"] == {"target": "toy-target", "draft": "toy-draft",
-                                  "weights": "float32"}
+                                  "weights": "float32", "draft_weights": "float32"}
     assert (run_dir / "config.yaml").exists()
     ar, spec = summary["autoregressive"], summary["speculative"]
     assert ar["num_prompts"] == spec["num_prompts"] == 3
@@ -116,7 +116,24 @@ INVALID = [
     (["model.weights=int4"], "model.weights"),
     (["model.weights=int8"], "model.weights"),  # the toy models are exact float tables
     (["compile_cache=maybe"], "compile_cache"),
+    (["+model.draft_weights=int4"], "model.draft_weights"),
+    (["+model.draft_weights=int8"], "model.draft_weights"),  # toy draft: exact float table
+    (["drafter.draft_vocab=0"], "drafter.draft_vocab"),
+    (["drafter=ngram", "drafter.L=auto"], "drafter.L"),  # L=auto needs a draft model's cost
 ]
+
+
+def test_auto_lookahead_and_cut_vocab_run_end_to_end_and_greedy_equals_ar(make_cfg, tmp_path):
+    """drafter.L=auto measures, fixes L, and records what it measured; with a cut draft
+    vocabulary too, greedy speculative output still equals autoregressive output."""
+    cfg = make_cfg("experiment=toy_smoke", "sampling=greedy", "dataset.n=2", "max_new_tokens=6",
+                   "drafter.L=auto", "drafter.draft_vocab=3", "breakdown=false", "logger=none")
+    summary = run_experiment(cfg, tmp_path)
+    auto = summary["drafter"]["auto_lookahead"]
+    assert summary["drafter"]["L"] == auto["L"] >= 1 and 0 <= auto["alpha"] <= 1
+    assert summary["regime"] == "latency, batch 1"  # the config's default batch_size
+    for row in _lines(tmp_path)[:-1]:
+        assert row["output"] == row["autoregressive"]["output"]
 
 
 @pytest.mark.parametrize("overrides, field", INVALID)
@@ -200,7 +217,7 @@ def test_default_experiment_shrunk(make_cfg, tmp_path):
     """The README's main command on 2 prompts x 16 tokens (downloads the Qwen pair once)."""
     summary = run_experiment(make_cfg("experiment=default", "dataset.n=2", "max_new_tokens=16",
                                       "logger=none"), tmp_path)
-    assert summary["model"] == {"target": "qwen2.5-coder-1.5b-instruct",
-                                "draft": "qwen2.5-coder-0.5b-instruct"}
+    assert {k: summary["model"][k] for k in ("target", "draft")} == {
+        "target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct"}
     assert summary["speculative"]["num_prompts"] == 2
     assert summary["speedup"] > 0
