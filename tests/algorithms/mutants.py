@@ -7,6 +7,7 @@ steps as methods (``rho``, ``rrs_node``, ``selected_law``, ``updates_parent``,
 
 import dataclasses
 from typing import ClassVar
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -14,8 +15,9 @@ import numpy as np
 
 from algorithms.exact.checker import accumulate
 from algorithms.exact.spectr import kseq_beta, kseq_rho
+from algorithms.verifiers import multipath_block
 from algorithms.verifiers.base import emit, sample
-from algorithms.verifiers.multipath_block import MultiPathBlockVerifier
+from algorithms.verifiers.multipath_block import MultiPathBlockVerifier, exclusive_cumsum
 from algorithms.verifiers.spectr import SpecTrVerifier
 from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
 from algorithms.verifiers.traversal import TraversalVerifier
@@ -76,6 +78,24 @@ class VerifiesAgainstQ(MultiPathBlockVerifier):
 
     def selected_law(self, x, q_k, keys_k, K):
         return q_k
+
+
+def mass_below_without_band_zero(q_row, key_row, order):
+    """The band order's F_< with band 0's q-mass left out of every band-1 token's: each band's
+    own prefix sums only, as if band 1 started at 0."""
+    upper = jnp.where(key_row == 1, q_row, 0.0)
+    return jnp.where(key_row == 1, exclusive_cumsum(upper), exclusive_cumsum(q_row - upper))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DropsLowerBandMass(MultiPathBlockVerifier):
+    """q^Γ from ``mass_below_without_band_zero`` (order "band" only): BV is told a wrong law."""
+
+    lossless: ClassVar[bool] = False
+
+    def selected_law(self, x, q_k, keys_k, K):
+        with mock.patch.object(multipath_block, "mass_below", mass_below_without_band_zero):
+            return multipath_block.skewed_draft_law(x, q_k, keys_k, K, self.order)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
