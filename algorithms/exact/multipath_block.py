@@ -10,6 +10,10 @@ and block verification (Sun et al., ICLR 2025, Eqs. 4-5) runs on the selected pa
 in place of q. BV is lossless for any draft law it is told the truth about, so the whole scheme
 is lossless with no cross-iteration state.
 
+The per-node order is an option (``ORDERS``; "band" by default, as in the JAX verifier) and the
+law depends on it: "band" and "ratio" rank tokens alike at V = 2 and on one-hot q, elsewhere
+they may not, and then select other drafts.
+
 The law enumerates the selected path under q^Γ (V^L paths) instead of the V^(K L) draft sets;
 ``selected_path_law_bruteforce`` enumerates the draft sets to check the closed form.
 """

@@ -11,7 +11,11 @@ exact ordering rule was not available):
    lossless (step 3 is exact for it); the order only decides which draft is selected. "band" is
    the one that costs O(V) per node: step 3 needs each token's q-mass below it in the node
    order, which for two bands is two prefix sums, where an exact ratio order needs a sort of the
-   vocabulary (0.4-0.9 s per call at V = 151,936).
+   vocabulary (0.4-0.9 s per call at V = 151,936). The order is part of the algorithm: "band"
+   and "ratio" rank tokens alike at V = 2 and on one-hot q, but elsewhere they select other
+   drafts, so the one-step law of (tau, tokens) differs (TV up to 0.57 at V = 3, K = 3, L = 2)
+   although both are lossless. A check of this kernel against the reconstruction's example rule
+   (ascending p/q) must pass ``order="ratio"`` to the kernel and to the exact law alike.
 2. The node orders induce a lexicographic order on blocks; select the largest of the K drafts.
 3. The selected block is not q-distributed. With G(z) the draft mass of blocks whose |z|-prefix is
    <= z, its law is the law of the maximum of K i.i.d. draws:
@@ -51,7 +55,7 @@ def order_key(p: Float[Array, "... V"], q: Float[Array, "... V"], order: str
               ) -> Float[Array, "... V"]:
     """The quantity each node sorts its tokens by (ties are broken by token id)."""
     if order == "band":
-        return sum((p >= c * q).astype(p.dtype) for c in BANDS)  # 0..3; q = 0 -> 3
+        return sum((p >= c * q).astype(p.dtype) for c in BANDS)  # q = 0: the top band
     if order == "ratio":
         return jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
     return p
