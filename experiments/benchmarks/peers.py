@@ -397,13 +397,21 @@ def main():
         else:
             rows += run_hf(ids, args.max_new_tokens)
     if "llamacpp" in args.engines:
+        # llama.cpp's OpenMP threads spin while they wait by default; on a machine whose cores
+        # other processes share, that made its decode ~10x slower here (19.9 s vs 1.0 s for 16
+        # tokens of the 1.5B, load ~5 on 2 cores). Passive waiting, read when libgomp loads.
+        omp_wait = os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import llama_cpp
         except ImportError as e:
             skipped.append(f"llama.cpp: llama-cpp-python is not installed ({e}); "
                            "pip install -e '.[peers]' (compiles llama.cpp from source)")
         else:
-            notes.append(f"- llama.cpp build: {llama_cpp.llama_print_system_info().decode()}")
+            notes.append(f"- llama.cpp build: {llama_cpp.llama_print_system_info().decode()}; "
+                         f"OMP_WAIT_POLICY={omp_wait}. specjax fp32 and HF fp32 run the "
+                         "as-shipped files dequantized to float32 (the F32 files hold the same "
+                         "values: equal bit for bit on the 1.5B's Q4_K and Q6_K tensors checked); "
+                         "specjax int8 re-quantizes those (group 64), Q8_0 does (blocks of 32)")
             for kind in args.llamacpp_files:
                 try:
                     more, more_notes = run_llamacpp(ids, args.max_new_tokens, [kind], eos_ids)
