@@ -131,15 +131,19 @@ def _indices(cells, datasets, method: str) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parts, axis=1), bootstrap.resample_repeats(timing_repeats(cells))
 
 
+def _ratio(cells, datasets, method, num: str, den: str):
+    """sum(num) / sum(den) over the prompts of ``method``, as a bootstrap statistic."""
+    return bootstrap.ratio(_field(cells, datasets, method, num),
+                           _field(cells, datasets, method, den))
+
+
 def be_stat(cells, datasets, method):
-    return bootstrap.ratio(_field(cells, datasets, method, "new_tokens"),
-                           _field(cells, datasets, method, "target_calls"))
+    return _ratio(cells, datasets, method, "new_tokens", "target_calls")
 
 
 def ceiling_stat(cells, datasets, method):
     """The BE the fewest possible target calls would give: sum(tokens) / sum(min calls)."""
-    return bootstrap.ratio(_field(cells, datasets, method, "new_tokens"),
-                           _field(cells, datasets, method, "min_calls"))
+    return _ratio(cells, datasets, method, "new_tokens", "min_calls")
 
 
 def at_ceiling(cells, datasets, method) -> float:
@@ -149,10 +153,8 @@ def at_ceiling(cells, datasets, method) -> float:
 
 
 def sr_stat(cells, datasets, method, base="ar"):
-    spec = bootstrap.ratio(_field(cells, datasets, method, "new_tokens"),
-                           _field(cells, datasets, method, "seconds"))
-    ar = bootstrap.ratio(_field(cells, datasets, base, "new_tokens"),
-                         _field(cells, datasets, base, "seconds"))
+    spec = _ratio(cells, datasets, method, "new_tokens", "seconds")
+    ar = _ratio(cells, datasets, base, "new_tokens", "seconds")
     return lambda idx, rep=None: spec(idx, rep) / ar(idx, rep)
 
 
@@ -167,19 +169,16 @@ def sr_by_repeat(cells, datasets, method, base="ar") -> list[float]:
 
 def calls_stat(cells, datasets, method):
     """Target calls per generated token (the decoding iterations a method needs)."""
-    return bootstrap.ratio(_field(cells, datasets, method, "target_calls"),
-                           _field(cells, datasets, method, "new_tokens"))
+    return _ratio(cells, datasets, method, "target_calls", "new_tokens")
 
 
 def seconds_stat(cells, datasets, method):
     """Wall seconds per generated token."""
-    return bootstrap.ratio(_field(cells, datasets, method, "seconds"),
-                           _field(cells, datasets, method, "new_tokens"))
+    return _ratio(cells, datasets, method, "seconds", "new_tokens")
 
 
 def gap_stat(cells, datasets, method):
-    return bootstrap.ratio(_field(cells, datasets, method, "root_accepted"),
-                           _field(cells, datasets, method, "root_bound"))
+    return _ratio(cells, datasets, method, "root_accepted", "root_bound")
 
 
 def gain_stat(stat_a, stat_b):

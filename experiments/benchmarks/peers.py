@@ -89,6 +89,21 @@ def run_specjax(ids, target, max_new: int, weights: str = "float32") -> list[dic
     return rows
 
 
+def timed_row(engine: str, label: str, gen, ids, counter) -> dict:
+    """One peer row: a 4-token warm-up, then every prompt through ``gen`` in one timed span;
+    tokens per target call from ``counter`` (calls counted after the warm-up)."""
+    gen(ids[0], new=4)
+    counter.calls, tokens = 0, []
+    t = time.perf_counter()
+    for p in ids:
+        tokens.append(gen(p))
+    seconds = time.perf_counter() - t
+    total_new = sum(len(x) for x in tokens)
+    print(engine, label, f"{total_new / seconds:.2f} tok/s", flush=True)
+    return dict(engine=engine, method=label, tokens=tokens, new_tokens=total_new,
+                seconds=seconds, per_call=total_new / max(counter.calls, 1))
+
+
 class _CallCounter:
     """Counts the calls of ``model.<method>`` (the target's forward passes)."""
 
@@ -131,17 +146,7 @@ def run_hf(ids, max_new: int) -> list[dict]:
                                       pad_token_id=0, **kw)
             return out[0, len(p):].tolist()
 
-        gen(ids[0], new=4)  # warm-up
-        counter.calls, total_new, tokens = 0, 0, []
-        t = time.perf_counter()
-        for p in ids:
-            tokens.append(gen(p))
-            total_new += len(tokens[-1])
-        seconds = time.perf_counter() - t
-        rows.append(dict(engine="HF transformers (torch CPU, fp32)", method=label, tokens=tokens,
-                         new_tokens=total_new, seconds=seconds,
-                         per_call=total_new / max(counter.calls, 1)))
-        print(label, f"{total_new / seconds:.2f} tok/s", flush=True)
+        rows.append(timed_row("HF transformers (torch CPU, fp32)", label, gen, ids, counter))
     return rows
 
 
@@ -287,16 +292,7 @@ def run_llamacpp(ids, max_new: int, kinds, eos_ids) -> tuple[list[dict], list[st
                 stream.close()
                 return out
 
-            gen(ids[0], new=4)  # warm-up
-            counter.calls, total_new, tokens = 0, 0, []
-            t = time.perf_counter()
-            for p in ids:
-                tokens.append(gen(p))
-                total_new += len(tokens[-1])
-            seconds = time.perf_counter() - t
-            rows.append(dict(engine=engine, method=label, tokens=tokens, new_tokens=total_new,
-                             seconds=seconds, per_call=total_new / max(counter.calls, 1)))
-            print(engine, label, f"{total_new / seconds:.2f} tok/s", flush=True)
+            rows.append(timed_row(engine, label, gen, ids, counter))
             llm.close()
             del llm, counter
             gc.collect()
