@@ -5,8 +5,9 @@
     python -m paper_repro.table1 --preset tiny     # the toy pair, seconds (what the tests run)
 
 Rows: AR, SD (``token``), GBV (``greedy_block``) and ``block`` with one draft, then
-``specinfer``, ``spectr``, ``spectr_gbv`` (as released), ``multipath_block`` and ``traversal``
-with K drafts. Columns: HumanEval, GSM8K and Alpaca (the EAGLE 80-prompt suites), each with block
+``specinfer``, ``spectr``, ``spectr_gbv`` (as released), ``multipath_block``, ``traversal`` and
+``univer`` (our reconstruction of UniVer, arXiv 2605.04543; docs/verifiers/univer.md) with K
+drafts. Columns: HumanEval, GSM8K and Alpaca (the EAGLE 80-prompt suites), each with block
 efficiency BE (generated tokens per target call) and speedup SR (throughput over AR measured in
 the same run on the same prompts), both with a 95 % paired percentile bootstrap CI over prompts
 (``specjax.bootstrap``). Pair: Qwen2.5-Coder 1.5B-Instruct target, 0.5B-Instruct draft
@@ -73,7 +74,7 @@ PAPER_BE_SR = {"spectr_gbv": (8.59, 2.12), "token": (7.64, 1.64), "spectr": (8.3
                "greedy_block": (7.83, 1.67)}
 PAPER_GAINS = {"token": (12.4, 29.3), "spectr": (2.3, 8.2), "greedy_block": (9.7, 27.0)}
 #: Lossless alternatives SpecTr-GBV is compared with too (no paper numbers).
-LOSSLESS_ALTERNATIVES = ("traversal", "multipath_block", "specinfer")
+LOSSLESS_ALTERNATIVES = ("traversal", "multipath_block", "specinfer", "univer")
 
 
 @functools.cache
@@ -619,9 +620,17 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     return result
 
 
+#: Rows Table 1 adds to the shared method list, at the multi-draft rows' K (specinfer's).
+EXTRA_MULTI_DRAFT = ("univer",)
+
+
+def methods(setting: Setting) -> list[Method]:
+    return table1_methods(setting.K) + [Method(v, setting.K) for v in EXTRA_MULTI_DRAFT]
+
+
 def main(argv=None) -> dict:
     return run_table("table1", "Table 1: SpecTr-GBV comparison, BE and SR with 95 % CIs", argv,
-                     PRESETS, lambda s: table1_methods(s.K), paper=True)
+                     PRESETS, methods, paper=True)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ EXACT_LAWS: dict[str, str] = {
     "spectr_gbv": "algorithms.exact.spectr_gbv:spectr_gbv_law",
     "multipath_block": "algorithms.exact.multipath_block:multipath_block_law",
     "traversal": "algorithms.exact.traversal:traversal_law",
+    "univer": "algorithms.exact.univer:univer_law",
     "hsd": "algorithms.exact.hsd:hsd_law",
     "greedy_draft": "algorithms.exact.greedy_draft:greedy_draft_law",
     "importance": "algorithms.exact.importance:importance_law",

@@ -5,7 +5,7 @@ are fixed functions of the context. They are not K i.i.d. draws from one law, so
 laws (which enumerate draws from a shared Q) do not apply. Here the draft set is given, every
 draft's q is one-hot at its own token, and the only randomness is the verifier's coins; each law
 below follows the verifier's published rule for that input, in float64, written from the papers'
-pseudocode (docs/verifiers/: specinfer, spectr, multipath_block and traversal pages),
+pseudocode (docs/verifiers/: specinfer, spectr, multipath_block, traversal and univer pages),
 not from the JAX kernels.
 
 A fixed-draft law is ``law(P, drafts, ctx) -> {emitted: prob}`` for one iteration;
@@ -26,6 +26,7 @@ from algorithms.exact.multipath_block import node_order
 from algorithms.exact.spectr import kseq_beta, kseq_rho
 from algorithms.exact.token import residual
 from algorithms.exact.traversal import parent_update
+from algorithms.exact.univer import univer_fixed
 
 Drafts = tuple[tuple[int, ...], ...]
 FixedLaw = Callable[..., dict[tuple[int, ...], float]]
@@ -220,6 +221,7 @@ FIXED_LAWS: dict[str, FixedLaw] = {
     "spectr": spectr_fixed,
     "traversal": traversal_fixed,
     "multipath_block": multipath_fixed,
+    "univer": univer_fixed,
 }
 
 

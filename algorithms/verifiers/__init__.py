@@ -32,6 +32,7 @@ _REGISTRY: dict[str, str] = {
     "spectr_gbv": "algorithms.verifiers.spectr_gbv:SpecTrGBVVerifier",
     "multipath_block": "algorithms.verifiers.multipath_block:MultiPathBlockVerifier",
     "traversal": "algorithms.verifiers.traversal:TraversalVerifier",
+    "univer": "algorithms.verifiers.univer:UniVerVerifier",
     "hsd": "algorithms.verifiers.hsd:HSDVerifier",
     "greedy_draft": "algorithms.verifiers.greedy_draft:GreedyDraftVerifier",
     "importance": "algorithms.verifiers.importance:ImportanceSamplingVerifier",

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algorithms.exact import univer as exact_univer
 from algorithms.exact.checker import accumulate
 from algorithms.exact.spectr import kseq_beta, kseq_rho
 from algorithms.verifiers import multipath_block
@@ -21,6 +22,7 @@ from algorithms.verifiers.multipath_block import MultiPathBlockVerifier, exclusi
 from algorithms.verifiers.spectr import SpecTrVerifier
 from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
 from algorithms.verifiers.traversal import TraversalVerifier
+from algorithms.verifiers.univer import UniVerVerifier
 
 
 def residual_is_target(base: type) -> type:
@@ -78,6 +80,35 @@ class VerifiesAgainstQ(MultiPathBlockVerifier):
 
     def selected_law(self, x, q_k, keys_k, K):
         return q_k
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UniVerPlainQ(UniVerVerifier):
+    """Every candidate tested against the lead survivor's row q instead of its order-statistic
+    law Q_j: the largest of c draws is not q-distributed, and a lookup candidate other than the
+    lead's token gets q(x) = 0, so it is always accepted. Harmless only when every survivor
+    carries the same point mass (one-hot i.i.d. drafts)."""
+
+    lossless: ClassVar[bool] = False
+
+    def candidate_law(self, q_row, *args):
+        return q_row
+
+
+def _lead_row(weights, history, rows):
+    return rows[0]
+
+
+def univer_plain_q_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
+    """Exact law of ``UniVerPlainQ`` on i.i.d. drafts."""
+    with mock.patch.object(exact_univer, "candidate_law", _lead_row):
+        return exact_univer.univer_law(P, Q, ctx, state, L=L, K=K, order=order)
+
+
+def univer_plain_q_fixed(P, drafts, ctx=(), *, order="band"):
+    """Exact law of ``UniVerPlainQ`` on a fixed (lookup) draft set."""
+    with mock.patch.object(exact_univer, "candidate_law", _lead_row):
+        return exact_univer.univer_fixed(P, drafts, ctx, order=order)
 
 
 def mass_below_without_band_zero(q_row, key_row, order):

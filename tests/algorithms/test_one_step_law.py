@@ -24,8 +24,9 @@ stays below 5), and any sample on an outcome the exact law gives probability 0 f
 outright, whatever the statistic.
 
 False-positive rate: each G-test rejects a correct verifier with probability ALPHA = 1e-4 (up to
-the chi-square approximation), so across the module's len(FITS) G-tests on correct verifiers (41
-with the 11 verifiers registered today) the family-wise rate is at most 41 x 1e-4 = 0.41 %
+the chi-square approximation), so across the module's len(FITS) G-tests on correct verifiers (46
+with the 12 verifiers registered today) and univer's ratio-order case, 47 in all, the family-wise
+rate is at most 47 x 1e-4 = 0.47 %
 (Bonferroni). Seeds are fixed, so a run is
 reproducible: the same code gives the same verdict every time. The mutant tests at the end show
 every kind of case rejects a broken verifier at that ALPHA.
@@ -42,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mutants import DropsLowerBandMass, correction_is_target
+from mutants import DropsLowerBandMass, UniVerPlainQ, correction_is_target
 from scipy import stats
 
 from algorithms.exact import exact_law_of, iteration_law, random_pair, total_variation
@@ -248,3 +249,20 @@ def test_one_step_test_rejects_multipath_with_band_zero_mass_dropped(kind):
     result = fit(DropsLowerBandMass(), kind, exact_of=get_verifier("multipath_block"))
     print(f"multipath band-0-mass-dropped mutant, {kind}: {result}")
     assert not result.passes()
+
+
+@pytest.mark.parametrize("kind", ["random", "constant_q", "lookup_distinct", "lookup_duplicate"])
+def test_one_step_test_rejects_univer_tested_against_plain_q(kind):
+    """UniVer's candidates tested against q instead of their order-statistic law Q_j: biased on
+    every case but one-hot i.i.d. drafts (all survivors carry the same point mass, Q_j = q)."""
+    result = fit(UniVerPlainQ(), kind, exact_of=get_verifier("univer"))
+    print(f"univer plain-q mutant, {kind}: {result}")
+    assert not result.passes()
+
+
+def test_univer_ratio_order_matches_its_exact_law():
+    """The exact-ratio order (a sort per level) against its own law; the default "band" order is
+    covered by the registered cases above (on lookup drafts every order has the same law)."""
+    result = fit(get_verifier("univer", order="ratio"), "random")
+    print(f"univer order=ratio random: {result}")
+    assert result.passes(), result

@@ -14,7 +14,7 @@ from specjax import bootstrap
 from specjax.data import load_prompts
 
 TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "spectr_gbv",
-               "multipath_block", "traversal"]
+               "multipath_block", "traversal", "univer"]
 
 
 def test_table1_tiny_end_to_end(tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ def _ci_triples(obj):
 def check_table1_has_every_row_dataset_and_column(tiny):
     out, res = tiny
     assert [r["method"] for r in res["rows"]] == TABLE1_ROWS
-    assert [r["K"] for r in res["rows"]] == [1, 1, 1, 1, 3, 3, 3, 3, 3]
+    assert [r["K"] for r in res["rows"]] == [1, 1, 1, 1, 3, 3, 3, 3, 3, 3]
     for r in res["rows"]:
         assert list(r["datasets"]) == ["humaneval", "gsm8k", "alpaca"]
         for c in r["datasets"].values():
@@ -55,7 +55,7 @@ def check_table1_has_every_row_dataset_and_column(tiny):
     header = next(line for line in md.splitlines() if line.startswith("| method | K |"))
     assert header.count("BE") == 3 and header.count("SR") == 3 and "lossless" in header
     body = md.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
-    assert len(body) == 9 and all(line.count("|") == 10 for line in body)
+    assert len(body) == 10 and all(line.count("|") == 10 for line in body)
     for needed in ("**Hardware:**", "8 prompts per dataset", "24 new tokens per prompt",
                    "**Wall time:**", "bootstrap", "## Gap to the optimum",
                    "## SpecTr-GBV's relative gains, ours beside the paper's", "+12.4", "+29.3"):
@@ -95,7 +95,7 @@ def check_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
     out, res = tiny
     rows = [json.loads(x) for x in
             (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
-    for name in ("token", "block", "specinfer", "spectr", "multipath_block", "traversal"):
+    for name in ("token", "block", "specinfer", "spectr", "multipath_block", "traversal", "univer"):
         ps = [p for r in rows if r["method"] == name for p in r["prompts"]]
         acc = sum(p["root_accepted"] for p in ps)
         bound = sum(p["root_bound"] for p in ps)
@@ -108,7 +108,7 @@ def check_every_method_saw_the_same_prompts(tiny):
     out, _ = tiny
     rows = [json.loads(x) for x in
             (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
-    assert len(rows) == 27
+    assert len(rows) == 30
     for d in ("humaneval", "gsm8k", "alpaca"):
         ids = {tuple(r["prompt_ids"]) for r in rows if r["dataset"] == d}
         assert len(ids) == 1 and len(next(iter(ids))) == 8
@@ -133,7 +133,7 @@ def check_resume_reuses_cells_and_reruns_only_missing_ones(tiny, monkeypatch):
     monkeypatch.setattr(cells, "run_cell", counting)
     again = table1.main(["--preset", "tiny", "--out", str(out)])
     assert calls == ["traversal"] * table1.PRESETS["tiny"].repeats  # each timing repeat
-    assert len(store.read_text().splitlines()) == 27
+    assert len(store.read_text().splitlines()) == 30
     for a, b in zip(res["rows"], again["rows"], strict=True):
         if a["method"] != "traversal":
             assert a["datasets"] == b["datasets"]
