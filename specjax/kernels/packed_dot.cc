@@ -15,13 +15,11 @@
 // multiple of 32. int8: scales are [G, O] float32 and Kp = G x group (which is how the kernel
 // knows the group); float32: Kp = K. x keeps its true K and columns past it are never read.
 //
-// A tile is R rows x 32 outputs (R <= kMaxRows). Lanes are outputs: each (row, output) is one
-// fixed-order chain of fused multiply-adds over the columns (int8: over its group's columns,
-// scaled into the total as the group ends), so a row's result does not depend on R, on the
-// rows beside it, or on the thread split (cached and uncached passes agree exactly). With
-// AVX-512 (32 vector registers) the int8 tile keeps 2R partial sums, 2R totals and the
-// weights in registers at R = 6, the float32 tile 2R sums at R = 13. The rows are split into
-// tiles as even as possible (25 rows: 13 + 12, not 12 + 12 + 1): each tile streams the block.
+// A tile is a few rows x some of a block's outputs (sizes below). Lanes are outputs: each
+// (row, output) is one fixed-order chain of fused multiply-adds over the columns (int8: over
+// its group's columns, scaled into the total as the group ends), so a row's result does not
+// depend on the tile's shape, on the rows beside it, on the vector width or on the thread split
+// (cached and uncached passes agree exactly; the AVX2 and AVX-512 forms bit for bit).
 // Work is split over XLA's intra-op thread pool in contiguous ranges of output blocks (Run).
 #include <algorithm>
 #include <atomic>
@@ -29,6 +27,7 @@
 #include <memory>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
@@ -40,13 +39,29 @@ namespace {
 using namespace specjax_simd;
 
 constexpr int64_t kBlock = 32;  // outputs per block
-
-#ifdef __AVX512F__  // float32: 2R sums at R = 13; int8: 2R partial sums, 2R totals and the weights at R = 6
-template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 13 : 6;
-#else  // AVX2, 16 registers: int8 one row's 4 + 4 sums; float32 two rows' 4 sums
-template <class T> constexpr int kMaxRows = std::is_same_v<T, float> ? 2 : 1;
-#endif
 constexpr int kVecs = kBlock / kLanes;  // vectors per block
+
+// Tile sizes. A tile streams its block's columns once; per column it loads the weights of its
+// vectors and does one multiply-add per (row, vector), so its rows' sums must stay in
+// registers. AVX-512 (32 registers, 2 vectors per block): float32 2R sums at R = 13, int8 2R
+// partial sums, 2R totals and the weights at R = 6. AVX2 (16 registers, 4 vectors per block):
+// float32 4R sums at R = 3 (17 live values, one reload per column; R = 2, the old size, made a
+// 5-row matmul on a Zen 4 VM 1.1-1.25x slower, R = 5 spills), int8 one row.
+//
+// Many rows (prefill; kManyRows or more). On AVX2 a tile then spans half a block (kHalf = 2
+// vectors, 2R sums at R = 6) and the halves are two passes over the block's columns, the
+// second from cache; for a few rows, bound by the weight stream, that second pass cost
+// 1.5-2.3x, so the halves are for many rows only (a 113-row float32 matmul: 0.64-0.76x of
+// R = 2's time). int8 with many rows is converted to float32 once per block (exactly: an int8
+// is a float32) into a per-thread buffer, then run through tiles that keep the int8 form's
+// per-group partial sums and scales, instead of converting each weight again for every tile
+// of rows (a 113-row int8 matmul: 0.43-0.50x of the one-row tiles' time).
+#ifdef __AVX512F__
+constexpr int kRowsF = 13, kRowsQ = 6, kHalf = kVecs, kRowsMany = 13, kRowsManyQ = 6;
+#else
+constexpr int kRowsF = 3, kRowsQ = 1, kHalf = 2, kRowsMany = 6, kRowsManyQ = 6;
+#endif
+constexpr int64_t kManyRows = 16;
 
 template <class T>
 struct Problem {
@@ -57,7 +72,7 @@ struct Problem {
   int64_t rows, k, kp, outputs, group;
 };
 
-// Software prefetch of every cache line of the block's column kAhead columns on. The build
+// Software prefetch of the cache lines a tile reads kAhead columns on. The build
 // (specjax.kernels.prefetch_level) asks for L2 on Intel: on an Intel Xeon (family 6 model 167)
 // that took the decode matmuls from 213 to 201 ms on Qwen 1.5B and the 9-row tree matmuls from
 // 241 to 217 ms (L1 at 32 or 64 columns: no change; non-temporal: 2x slower). Elsewhere L1 at
@@ -70,75 +85,98 @@ constexpr int64_t kAhead = 32;
 #define SPECJAX_PREFETCH_HINT _MM_HINT_T0
 #endif
 
-template <class T>
-void Prefetch(const T* q) {
+template <int NV, class S>
+void Prefetch(const S* q) {  // q: the tile's first weight in its column
   const char* c = reinterpret_cast<const char*>(q + kAhead * kBlock);
-  for (size_t i = 0; i < kBlock * sizeof(T); i += 64) _mm_prefetch(c + i, SPECJAX_PREFETCH_HINT);
+  for (size_t i = 0; i < NV * kLanes * sizeof(S); i += 64) _mm_prefetch(c + i, SPECJAX_PREFETCH_HINT);
 }
 
-// sum[r][v] += x[r, k] * w[k, v] for k in [k0, k1), rows r0.. of x, q at column k0.
-template <int R, class T>
-void Columns(const Problem<T>& p, const float* x, const T* q, int64_t k0, int64_t k1,
-             V (&sum)[R][kVecs]) {
+// sum[r][v] += x[r, k] * w[k, v] for k in [k0, k1), NV vectors of weights from q (column k0).
+template <int R, int NV, class S>
+void Columns(int64_t ldx, const float* x, const S* q, int64_t k0, int64_t k1,
+             V (&sum)[R][NV]) {
   for (int64_t k = k0; k < k1; ++k, q += kBlock) {
-    Prefetch(q);
-    V w[kVecs];
-    for (int v = 0; v < kVecs; ++v) w[v] = Load(q + v * kLanes);
+    Prefetch<NV>(q);
+    V w[NV];
+    for (int v = 0; v < NV; ++v) w[v] = Load(q + v * kLanes);
     for (int r = 0; r < R; ++r) {
-      V xv = Splat(x[r * p.k + k]);
-      for (int v = 0; v < kVecs; ++v) sum[r][v] = Fma(xv, w[v], sum[r][v]);
+      V xv = Splat(x[r * ldx + k]);
+      for (int v = 0; v < NV; ++v) sum[r][v] = Fma(xv, w[v], sum[r][v]);
     }
   }
 }
 
-// Rows [r0, r0 + R) against the 32 outputs of block b.
-template <int R, class T>
-void Tile(const Problem<T>& p, int64_t r0, int64_t b) {
-  V acc[R][kVecs];
+// Rows [r0, r0 + R) against vectors [v0, v0 + NV) of block b, whose weights (type S: int8, or
+// float32 for float32 weights and converted int8 ones) start at q. kScaled: the int8 form
+// (partial sums per group of columns, scaled into the total as each group ends).
+template <int R, int NV, class S, bool kScaled, class T>
+void Tile(const Problem<T>& p, const S* q, int64_t r0, int64_t b, int v0) {
+  V acc[R][NV];
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = Zero();
-  const T* q = p.q + b * p.kp * kBlock;
-  const int64_t n = std::min(kBlock, p.outputs - b * kBlock);  // outputs of this block
+    for (int v = 0; v < NV; ++v) acc[r][v] = Zero();
+  const int64_t n = std::min(kBlock, p.outputs - b * kBlock) - v0 * kLanes;  // outputs left
   const float* x = p.x + r0 * p.k;
-  if constexpr (std::is_same_v<T, float>) {
-    Columns<R>(p, x, q, 0, p.k, acc);
+  q += v0 * kLanes;
+  if constexpr (!kScaled) {
+    Columns<R, NV>(p.k, x, q, 0, p.k, acc);
   } else {
-    const float* scale = p.scale + b * kBlock;
+    const float* scale = p.scale + b * kBlock + v0 * kLanes;
     for (int64_t k0 = 0; k0 < p.k; k0 += p.group, scale += p.outputs) {
-      V part[R][kVecs];
+      V part[R][NV];
       for (int r = 0; r < R; ++r)
-        for (int v = 0; v < kVecs; ++v) part[r][v] = Zero();
-      Columns<R>(p, x, q + k0 * kBlock, k0, std::min(p.k, k0 + p.group), part);
-      for (int v = 0; v < kVecs && v * kLanes < n; ++v) {
+        for (int v = 0; v < NV; ++v) part[r][v] = Zero();
+      Columns<R, NV>(p.k, x, q + k0 * kBlock, k0, std::min(p.k, k0 + p.group), part);
+      for (int v = 0; v < NV && v * kLanes < n; ++v) {
         V s = LoadScales(scale + v * kLanes, n - v * kLanes);
         for (int r = 0; r < R; ++r) acc[r][v] = Fma(part[r][v], s, acc[r][v]);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    float* y = p.y + (r0 + r) * p.outputs + b * kBlock;
-    for (int v = 0; v < kVecs && v * kLanes < n; ++v) Store(y + v * kLanes, acc[r][v], n - v * kLanes);
+    float* y = p.y + (r0 + r) * p.outputs + b * kBlock + v0 * kLanes;
+    for (int v = 0; v < NV && v * kLanes < n; ++v) Store(y + v * kLanes, acc[r][v], n - v * kLanes);
   }
 }
 
-template <int R, class T>
-void Rest(const Problem<T>& p, int64_t r0, int64_t b, int64_t left) {
+template <int R, int NV, class S, bool kScaled, class T>
+void Rest(const Problem<T>& p, const S* q, int64_t r0, int64_t b, int v0, int64_t left) {
   if constexpr (R > 0) {
-    if (left == R) return Tile<R>(p, r0, b);
-    Rest<R - 1>(p, r0, b, left);
+    if (left == R) return Tile<R, NV, S, kScaled>(p, q, r0, b, v0);
+    Rest<R - 1, NV, S, kScaled>(p, q, r0, b, v0, left);
   }
+}
+
+// Every row of block b in tiles of at most kRows rows, as even as possible (25 rows at 13:
+// 13 + 12, not 12 + 12 + 1), NV vectors at a time.
+template <int kRows, int NV, class S, bool kScaled, class T>
+void Block(const Problem<T>& p, const S* q, int64_t b) {
+  const int64_t tiles = (p.rows + kRows - 1) / kRows;
+  for (int v0 = 0; v0 < kVecs; v0 += NV)
+    for (int64_t t = 0, r = 0; t < tiles; ++t) {
+      const int64_t n = p.rows / tiles + (t < p.rows % tiles);
+      Rest<kRows, NV, S, kScaled>(p, q, r, b, v0, n);
+      r += n;
+    }
 }
 
 template <class T>
 void Blocks(const Problem<T>& p, int64_t lo, int64_t hi) {
-  constexpr int kRows = kMaxRows<T>;
-  const int64_t tiles = (p.rows + kRows - 1) / kRows;
-  for (int64_t b = lo; b < hi; ++b)
-    for (int64_t t = 0, r = 0; t < tiles; ++t) {
-      const int64_t n = p.rows / tiles + (t < p.rows % tiles);
-      Rest<kRows>(p, r, b, n);
-      r += n;
+  const bool many = p.rows >= kManyRows;
+  for (int64_t b = lo; b < hi; ++b) {
+    const T* q = p.q + b * p.kp * kBlock;
+    if constexpr (std::is_same_v<T, float>) {
+      if (many) Block<kRowsMany, kHalf, float, false>(p, q, b);
+      else Block<kRowsF, kVecs, float, false>(p, q, b);
+    } else if (!many) {
+      Block<kRowsQ, kVecs, int8_t, true>(p, q, b);
+    } else {
+      thread_local std::vector<float> buffer;
+      buffer.resize(p.kp * kBlock);
+      for (int64_t i = 0; i < p.kp * kBlock; i += kLanes)
+        Store(buffer.data() + i, Load(q + i), kLanes);
+      Block<kRowsManyQ, kHalf, float, true>(p, buffer.data(), b);
     }
+  }
 }
 
 // Each worker (the caller and num_threads - 1 pool threads: one more would oversubscribe the

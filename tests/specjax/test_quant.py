@@ -110,24 +110,27 @@ def test_packed_float32_equals_the_float64_product(K, n_out, n_rows):
 @pytest.mark.parametrize("kind", ["int8", "float32"])
 def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
     """Each output is one thread's fixed-order sum, so a row alone equals the same row in a
-    tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it)."""
+    tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it). 20 rows:
+    past the kernel's many-rows threshold (16), where it switches to half-block float32 tiles
+    and converts int8 blocks once."""
     rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.standard_normal((15, 200)).astype(np.float32))
+    x = jnp.asarray(rng.standard_normal((20, 200)).astype(np.float32))
     w = (rng.standard_normal((200, 300)) * 0.1).astype(np.float32)
     w = quantize(w) if kind == "int8" else pack_float32(w)
     together = np.asarray(linear(x, w))
-    for i in range(15):
+    for i in range(20):
         np.testing.assert_array_equal(np.asarray(linear(x[i:i + 1], w))[0], together[i])
 
 
 @pytest.mark.parametrize("kind", ["int8", "float32"])
 def test_the_avx2_form_gives_the_same_bits(haswell, kind):
     """Machines without AVX-512 build the kernels' AVX2 form (8 lanes; tiles of 1 int8 row or
-    2 float32 rows). Built here for Haswell and called directly: each output is the same
-    chain of fused multiply-adds in both forms, so the results must be equal bit for bit."""
+    3 float32 rows, from 16 rows half blocks). Built here for Haswell and called directly:
+    each output is the same chain of fused multiply-adds in both forms, so the results must
+    be equal bit for bit."""
     rng = np.random.default_rng(6)
-    for K, n_out, n_rows in [(203, 24, 9), (64, 1000, 1), (37, 13, 3)]:
-        x = jnp.asarray(rng.standard_normal((9, K)).astype(np.float32))[:n_rows]
+    for K, n_out, n_rows in [(203, 24, 9), (64, 1000, 1), (37, 13, 3), (203, 40, 20)]:
+        x = jnp.asarray(rng.standard_normal((20, K)).astype(np.float32))[:n_rows]
         w = (rng.standard_normal((K, n_out)) * 0.1).astype(np.float32)
         out = jax.ShapeDtypeStruct((x.shape[0], n_out), jnp.float32)
         if kind == "int8":
