@@ -13,9 +13,10 @@ import numpy as np
 from flax import nnx
 
 from specjax.assets import fetch
+from specjax.models import weight_cache
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
-from specjax.models.gguf import read_gguf
+from specjax.models.gguf import read_gguf, read_hparams
 from specjax.models.gguf_file import open_gguf
 from specjax.models.tokenizer import GGUFTokenizer
 
@@ -85,8 +86,14 @@ class LoadedModel:
 def load_gguf(name: str, cache_dir=None, weights: str = "float32",
               packed: bool | None = None) -> LoadedModel:
     """One of ``MODEL_NAMES`` (``weights`` and ``packed`` as ``specjax.load_model``'s)."""
-    reader = open_gguf(fetch(name, cache_dir))
-    hparams, tensors = read_gguf(reader)
+    path = fetch(name, cache_dir)
+    reader = open_gguf(path)
+    tensors = weight_cache.load(path)
+    if tensors is None:
+        hparams, tensors = read_gguf(reader)
+        weight_cache.store(path, tensors)
+    else:
+        hparams = read_hparams(reader)
     config = ModelConfig(**hparams)
     tokenizer = GGUFTokenizer.from_gguf(reader)
     del reader
