@@ -56,6 +56,23 @@ class Fit:
         return self.unexpected == 0 and self.p_value >= alpha
 
 
+def detectable_tv(samples: int, df: int, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """The smallest TV that a row's test detects with probability ``power``, for a diffuse bias.
+
+    A G-test's statistic under an alternative is about noncentral chi-square with noncentrality
+    n * chi2(alt || exact). The bias shape is an assumption: a diffuse one, every cell's
+    probability scaled by 1 +- eps (half the mass each way), has chi2 = eps^2 and TV = eps / 2,
+    so TV = sqrt(lambda / n) / 2 for the lambda that gives ``power`` at the row's critical value.
+    A bias concentrated on rare cells is detected at a smaller TV; this is the TV that a
+    verifier's bias spread over the whole law can hide below.
+    """
+    from scipy.optimize import brentq
+
+    crit = stats.chi2.isf(alpha, df)
+    lam = brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 1e-9, 1e6)
+    return float(np.sqrt(lam / samples) / 2)
+
+
 def softmax64(logits) -> np.ndarray:
     z = np.asarray(logits, np.float64)
     z = np.exp(z - z.max())
@@ -199,7 +216,8 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
 
     ``store`` (a ``paper_repro.cells.CellStore``) keeps each finished row under a key of its
     whole setting, and a row already stored is reused: a killed audit resumes. With
-    ``measure=False`` it stops at the first row not stored (``on_row`` still gets the table)."""
+    ``measure=False`` it measures nothing: rows not stored are left out, listed as pending
+    (``on_row`` still gets the table)."""
     from algorithms.verifiers import get_verifier
     from paper_repro.cells import SESSION
 
@@ -209,8 +227,9 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
                      mutant_rows=mutant_rows))
     out = []
 
-    def pending() -> list[str]:  # the plan's rows after those in ``out``
-        return [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan[len(out):]]
+    def pending() -> list[str]:  # the plan's rows not in ``out``
+        done = {(r["drafter"], r["verifier"], r["K"]) for r in out}
+        return [f"{k} / {n} / K = {K}" for k, _, n, K, _ in plan if (k, n, K) not in done]
 
     for kind, drafter, name, K, refused in plan:
         row = dict(drafter=kind, verifier=name, K=K, lossless=get_verifier(name).lossless)
@@ -228,8 +247,8 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
                                   seconds=stored["seconds"], resumed=True))
             log(f"{kind:>26} {name:<16} K={K}: stored (resumed)")
             continue
-        if not measure:
-            break
+        if not measure:  # the table of what is stored; the rest is listed as pending
+            continue
         t0 = time.perf_counter()
         g = df = tv = unexpected = 0
         for j, (prompt, law) in enumerate(zip(prompts, laws, strict=True)):
@@ -264,7 +283,10 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
         f"rate {ALPHA:g} per row. TV is estimated over the same pooled cells (sampling noise "
         "alone makes it > 0). A lossless verifier should pass; the misreporting drafter must "
         "fail; a declared-lossy verifier's row (claims lossless: no) says only whether its "
-        "samples resolve its bias at this setting.",
+        "samples resolve its bias at this setting. *TV at 80 % power*: the smallest TV this "
+        "row's test detects 4 times in 5 for a diffuse bias (every cell scaled by 1 +- eps; "
+        "`detectable_tv`): a bias spread that thin and smaller passes unseen, one on rare cells "
+        "shows at a smaller TV.",
         "",
         "Earlier reduced runs (1,000-4,000 samples per row, every lossless verifier, and the "
         "same audit on the tiny random decoder) are in `audit_reduced.md`.",
@@ -273,11 +295,11 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
     if note:
         lines += [note, ""]
     lines += ["| drafter | verifier | K | claims lossless | samples | G | df | p-value | TV est. "
-              "| verdict | s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| TV at 80 % power | verdict | s |", "|---" * 12 + "|"]
     for r in results:
         head = f"| {r['drafter']} | {r['verifier']} | {r['K']} | {'yes' if r['lossless'] else 'no'}"
         if "refused" in r:
-            lines.append(f"{head} | – | – | – | – | – | refused before compiling | – |")
+            lines.append(f"{head} | – | – | – | – | – | – | refused before compiling | – |")
             continue
         f = r["fit"]
         if r["lossless"]:
@@ -287,7 +309,8 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
         if f.unexpected:
             verdict += f" ({f.unexpected} impossible samples)"
         lines.append(f"{head} | {r['samples']} | {f.g:.1f} | {f.df} | {f.p_value:.3g} | "
-                     f"{f.tv:.4f} | {verdict} | {r['seconds']:.0f} |")
+                     f"{f.tv:.4f} | {detectable_tv(r['samples'], f.df):.4f} | {verdict} | "
+                     f"{r['seconds']:.0f} |")
     if pending:
         lines += ["", f"Not measured yet ({len(pending)} rows; rerun the command to resume): "
                   + "; ".join(pending) + "."]

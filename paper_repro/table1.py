@@ -556,6 +556,8 @@ def parser(prog: str, presets: dict[str, Setting], doc: str) -> argparse.Argumen
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                     help="reuse stored cells of the same setting (default on)")
     ap.add_argument("--methods", help="comma list of rows to run (default: all), e.g. ar,token")
+    ap.add_argument("--datasets", help=f"comma list of the preset's datasets to run "
+                    f"(default: all), from {', '.join(DATASETS)}")
     ap.add_argument("--n", type=int, help="override the preset's prompts per dataset")
     ap.add_argument("--max-new-tokens", type=int, help="override the preset's tokens per prompt")
     ap.add_argument("--batch-size", type=int,
@@ -576,7 +578,15 @@ def setting_of(args, presets: dict[str, Setting]) -> Setting:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
     if args.batch_size is not None and args.batch_size < 1:
         raise SystemExit(f"--batch-size must be >= 1, got {args.batch_size}")
-    return with_overrides(presets[args.preset], n=args.n, max_new_tokens=args.max_new_tokens,
+    datasets = None
+    if args.datasets:
+        datasets = tuple(d.strip() for d in args.datasets.split(","))
+        bad = [d for d in datasets if d not in DATASETS]
+        if bad or not datasets:
+            raise SystemExit(f"--datasets: unknown {', '.join(bad) or '(empty)'}; allowed: "
+                             f"{', '.join(DATASETS)}")
+    return with_overrides(presets[args.preset], datasets=datasets, n=args.n,
+                          max_new_tokens=args.max_new_tokens,
                           batch_size=args.batch_size, repeats=args.repeats,
                           draft_weights=args.draft_weights, draft_vocab=args.draft_vocab,
                           breakdown=args.breakdown)

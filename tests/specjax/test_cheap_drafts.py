@@ -151,7 +151,8 @@ def _decoder_law(model, prompt, n):
     return out
 
 
-def test_int8_cut_draft_beside_float32_target_sampled_law_matches(tiny_pair):
+@pytest.mark.slow  # ~50 s on 2 cores; the default suite keeps the cut law (toy pair) and int8
+def test_int8_cut_draft_beside_float32_target_sampled_law_matches(tiny_pair):  # greedy == AR
     """Two tokens (one block of L = 2 per step: the accept and the reject paths) from a float32
     target drafted by an int8 decoder with a cut head."""
     target, _ = tiny_pair
