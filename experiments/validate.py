@@ -179,14 +179,17 @@ def check_pairing(cfg: DictConfig, drafter, verifier) -> None:
                           f"max_drafts={max_drafts} draft(s), got K={drafter.K}; use K=1 or a "
                           "multi-draft verifier")
     structure = getattr(drafter, "draft_structure", "iid")
-    if drafter.K > 1 and structure not in accepted_structures(verifier):
+    if (drafter.K > 1 or structure == "stopped") and structure not in accepted_structures(
+            verifier):
         from algorithms.verifiers import list_verifiers, verifier_class
 
         allowed = [n for n in list_verifiers() if structure in accepted_structures(
-            verifier_class(n)) and getattr(verifier_class(n), "max_drafts", None) is None]
+            verifier_class(n)) and (structure == "stopped"
+                                    or getattr(verifier_class(n), "max_drafts", None) is None)]
         raise ConfigError("verifier", f"verifier={verifier_name(verifier)} is not defined for "
                           f"{structure} drafts (drafter {type(drafter).__name__}, K={drafter.K}); "
-                          f"allowed: {', '.join(allowed)}, or K=1")
+                          f"allowed: {', '.join(allowed)}"
+                          + ("" if structure == "stopped" else ", or K=1"))
 
 
 def check_models(target, draft, needs_draft: bool) -> None:

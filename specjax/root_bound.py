@@ -31,7 +31,13 @@ from jaxtyping import Array, Float
 
 
 def optimal_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], K: int) -> Float[Array, ""]:
-    """alpha* = min over prefix sets T (tokens by p/q ascending) of p(T) + 1 - q(T)^K"""
+    """alpha* = min over prefix sets T (tokens by p/q ascending) of p(T) + 1 - q(T)^K.
+
+    K = 1 needs no sort: the minimum is 1 - max_T (q(T) - p(T)) = 1 - TV(p, q) = sum min(p, q),
+    one pass over the vocabulary instead of an argsort of it (which costs tens of ms per step at
+    V = 151,936 on a CPU, inside the timed loop of the latency tables)."""
+    if K == 1:
+        return jnp.clip(jnp.minimum(p, q).sum(), 0.0, 1.0)
     ratio = jnp.where(q > 0, p / jnp.where(q > 0, q, 1.0), jnp.inf)
     order = jnp.argsort(ratio, stable=True)
     zero = jnp.zeros((1,), p.dtype)

@@ -15,6 +15,7 @@ from algorithms.verifiers.base import (
     DRAFT_STRUCTURES,
     GREEDY,
     IID,
+    STOPPED,
     Verdict,
     Verifier,
     accepted_structures,
@@ -64,7 +65,7 @@ def get_verifier(name: str, **options) -> Verifier:
 
 
 __all__ = [
-    "DETERMINISTIC", "DRAFT_STRUCTURES", "GREEDY", "IID", "Verdict", "Verifier",
+    "DETERMINISTIC", "DRAFT_STRUCTURES", "GREEDY", "IID", "STOPPED", "Verdict", "Verifier",
     "accepted_structures", "check_pairing", "get_verifier", "list_verifiers", "validate_inputs",
     "verifier_class",
 ]

@@ -24,8 +24,15 @@ Draft structures. Each drafter declares one (``Drafter.draft_structure``):
 - ``GREEDY``: Hu et al.'s greedy multi-drafting (``specjax.drafters.greedy``): K-1 roots fixed at
   the draft's top tokens (one-hot q), one root sampled from q restricted to the rest, every draft
   continued i.i.d. from the draft model. Only ``greedy_draft`` is built for it.
+- ``STOPPED``: one draft (K = 1) drawn token by token from q that may stop before L: the drafter
+  decides after each token, from its own laws only, whether to draft the next
+  (``specjax.drafters.adaptive``). Positions not drafted carry an all-zero q row, which a
+  verifier must read as "no draft here" (rejected, the correction drawn from p itself). Only
+  verifiers that list it take it, at any K: block verification's convention min(1, p/0) = 1
+  would accept a position that was never drafted.
 
-With K = 1 both structures are the same thing (one draw from q), so only K > 1 is ever refused.
+With K = 1 IID and DETERMINISTIC are the same thing (one draw from q), so only K > 1 of them is
+ever refused; STOPPED is refused at any K by a verifier that does not list it.
 ``check_pairing`` is the one place that decides; the API and the CLI both call it before compiling.
 """
 
@@ -47,7 +54,8 @@ PROB_ATOL = 1e-3
 IID = "iid"
 DETERMINISTIC = "deterministic"
 GREEDY = "greedy"
-DRAFT_STRUCTURES = (IID, DETERMINISTIC, GREEDY)
+STOPPED = "stopped"
+DRAFT_STRUCTURES = (IID, DETERMINISTIC, GREEDY, STOPPED)
 
 
 class Verdict(NamedTuple):
@@ -95,11 +103,13 @@ def check_pairing(verifier, draft_structure: str, K: int, *, drafter_name: str =
     if max_drafts is not None and K > max_drafts:
         raise ValueError(f"pairing: {name} takes at most max_drafts={max_drafts} draft(s), but "
                          f"{drafter_name} has K={K}")
-    if K > 1 and draft_structure not in accepted_structures(verifier):
+    if (K > 1 or draft_structure == STOPPED) and draft_structure not in accepted_structures(
+            verifier):
         raise ValueError(
             f"pairing: {drafter_name} ({draft_structure} drafts, K={K}) with {name} is refused: "
-            f"{name} is only defined for {sorted(accepted_structures(verifier))} drafts; use K=1 "
-            "or a verifier that accepts them (e.g. specinfer, traversal)")
+            f"{name} is only defined for {sorted(accepted_structures(verifier))} drafts; "
+            + ("use verifier 'token'" if draft_structure == STOPPED
+               else "use K=1 or a verifier that accepts them (e.g. specinfer, traversal)"))
 
 
 def _is_concrete(x) -> bool:

@@ -1,6 +1,7 @@
 """Drafters: who proposes the K×L draft tree and the laws q it was sampled from.
 
-``ModelDrafter`` (a separate small model), ``NgramDrafter`` (prompt lookup, one-hot q),
+``ModelDrafter`` (a separate small model; ``AdaptiveDrafter``: the same with a draft length
+that stops at low draft confidence), ``NgramDrafter`` (prompt lookup, one-hot q),
 ``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
 multi-drafting on a draft model), ``EagleDrafter`` / ``MedusaDrafter`` (trained heads on the
 target's features, ``specjax-train``; ``trained``: what they share, and loading their weights).
@@ -8,6 +9,7 @@ All are frozen dataclasses following ``specjax.drafters.base.Drafter``. ``family
 draft-family decoders, loaded by name (``family/<target>/dD-lN``) for ``ModelDrafter``.
 """
 
+from specjax.drafters.adaptive import AdaptiveDrafter
 from specjax.drafters.base import Drafter
 from specjax.drafters.eagle import EagleDrafter
 from specjax.drafters.early_exit import EarlyExitDrafter
@@ -17,7 +19,8 @@ from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
 
 DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter,
-            "greedy": GreedyDrafter, "eagle": EagleDrafter, "medusa": MedusaDrafter}
+            "greedy": GreedyDrafter, "eagle": EagleDrafter, "medusa": MedusaDrafter,
+            "adaptive": AdaptiveDrafter}
 
 
 def get_drafter(name: str, **options) -> Drafter:
@@ -26,5 +29,5 @@ def get_drafter(name: str, **options) -> Drafter:
     return DRAFTERS[name](**options)
 
 
-__all__ = ["DRAFTERS", "Drafter", "EagleDrafter", "EarlyExitDrafter", "GreedyDrafter",
-           "MedusaDrafter", "ModelDrafter", "NgramDrafter", "get_drafter"]
+__all__ = ["DRAFTERS", "AdaptiveDrafter", "Drafter", "EagleDrafter", "EarlyExitDrafter",
+           "GreedyDrafter", "MedusaDrafter", "ModelDrafter", "NgramDrafter", "get_drafter"]
