@@ -613,7 +613,8 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     names = {m.name for m in methods}
     gain_rows = gains(cells, setting, names)
     command = f"python -m paper_repro.{table} --preset {args.preset}" + "".join(
-        f" {a}" for a in (argv or []) if a not in ("--preset", args.preset))
+        f" {a}" for a in (sys.argv[1:] if argv is None else argv)
+        if a not in ("--preset", args.preset))
     elapsed = time.perf_counter() - start
     md = header(title, command, setting, cells, elapsed) + [""] + main_table(table_rows, setting)
     md += gains_table(gain_rows, setting, paper)

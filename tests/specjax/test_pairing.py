@@ -10,6 +10,7 @@ from algorithms.verifiers import (
     DETERMINISTIC,
     GREEDY,
     IID,
+    STOPPED,
     check_pairing,
     get_verifier,
     list_verifiers,
@@ -31,7 +32,7 @@ def verdict(drafter_name: str, verifier_name: str, K: int) -> str:
 def test_drafters_declare_their_structure():
     assert {n: c.draft_structure for n, c in DRAFTERS.items()} == {
         "model": IID, "early_exit": IID, "ngram": DETERMINISTIC, "greedy": GREEDY,
-        "eagle": IID, "medusa": IID}
+        "eagle": IID, "medusa": IID, "adaptive": STOPPED}
 
 
 @pytest.mark.parametrize("drafter_name, verifier_name, K", PAIRS)
