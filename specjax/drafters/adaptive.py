@@ -56,13 +56,7 @@ class AdaptiveDrafter(ModelDrafter):
                 *, sampling: Sampling, vocab_size: int, scratch: int,
                 ) -> tuple[Int[Array, "1 L"], Float[Array, "1 L V"], object]:
         L = self.L
-        cache, _ = state
-        lag = (n - 1 - cache.length).astype(jnp.int32)
-        s = jnp.arange(scratch)
-        chunk_idx = jnp.stack([jnp.maximum(n - 2, 0), n - 1])
-        chunk_mask = jnp.stack([s == 0, (s == 1) | ((s == 0) & (lag == 1))])
-        logits, cache = model.forward(history[chunk_idx], chunk_idx.astype(jnp.int32),
-                                      jnp.arange(2, dtype=jnp.int32), chunk_mask, cache)
+        logits, cache, lag, s = self.catch_up(model, state[0], history, n, scratch)
         keys = jax.random.split(key, L)
         pick = (lambda _, law: jnp.argmax(law).astype(jnp.int32)) if sampling.greedy else sample
 
@@ -71,7 +65,7 @@ class AdaptiveDrafter(ModelDrafter):
             x = pick(keys[i], law)
             return x, law, jax.nn.softmax(lg.astype(jnp.float32))[x]
 
-        x0, q0, c0 = draw(0, logits[1])
+        x0, q0, c0 = draw(0, logits)
         drafts = jnp.zeros((1, L), jnp.int32).at[0, 0].set(x0)
         q = jnp.zeros((1, L, vocab_size), jnp.float32).at[0, 0].set(q0)
 
@@ -93,15 +87,5 @@ class AdaptiveDrafter(ModelDrafter):
         return drafts, q, (cache, ell)
 
     def update(self, model, state, drafts, verdict: Verdict, n, *, scratch: int):
-        # As ModelDrafter's, with the drafted length ell in place of L: drafts x_0..x_{ell-2}
-        # were fed to the draft model (x_{ell-1} was only sampled), so at most ell - 1 of them
-        # are committed and a fully accepted block leaves the usual one-token lag.
-        cache, ell = state
-        L = self.L
-        lag = (n - 1 - cache.length).astype(jnp.int32)
-        tau = verdict.num_emitted - 1
-        path = 2 + jnp.arange(L - 1, dtype=jnp.int32)
-        with_lag = jnp.concatenate([jnp.array([0, 1], jnp.int32), path])
-        no_lag = jnp.concatenate([jnp.array([1], jnp.int32), path, jnp.zeros((1,), jnp.int32)])
-        slots = jnp.where(lag == 1, with_lag, no_lag)
-        return model.commit(cache, slots, lag + 1 + jnp.minimum(tau, ell - 1)), ell
+        cache, ell = state  # only the ell drafted tokens' slots hold draft KV
+        return self.commit(model, cache, verdict, n, drafted=ell), ell

@@ -68,19 +68,11 @@ class ModelDrafter(BlockShape):
                 *, sampling: Sampling, vocab_size: int, scratch: int,
                 ) -> tuple[Int[Array, "K L"], Float[Array, "K L V"], object]:
         K, L = self.K, self.L
-        cache = state
-        lag = (n - 1 - cache.length).astype(jnp.int32)  # 0, or 1 after a fully accepted block
-        s = jnp.arange(scratch)
-        # Catch-up chunk: slot 0 = history[n-2] (only attended when lag == 1), slot 1 = pending.
-        chunk = history[jnp.stack([jnp.maximum(n - 2, 0), n - 1])]
-        chunk_pos = jnp.stack([jnp.maximum(n - 2, 0), n - 1]).astype(jnp.int32)
-        chunk_mask = jnp.stack([s == 0, (s == 1) | ((s == 0) & (lag == 1))])
-        logits, cache = model.forward(chunk, chunk_pos, jnp.arange(2, dtype=jnp.int32),
-                                      chunk_mask, cache)
+        logits, cache, lag, s = self.catch_up(model, state, history, n, scratch)
         keys = jax.random.split(key, K * L)
         # A one-hot (greedy) law needs no categorical draw over the vocabulary.
         pick = (lambda _, law: jnp.argmax(law).astype(jnp.int32)) if sampling.greedy else sample
-        x0, q0 = self.root(keys[:K], sampling(logits[1]), pick)
+        x0, q0 = self.root(keys[:K], sampling(logits), pick)
         drafts = jnp.zeros((K, L), jnp.int32).at[:, 0].set(x0)
         q = jnp.zeros((K, L, vocab_size), jnp.float32).at[:, 0].set(q0)
         branch = 2 + jnp.arange(K) * L  # first slot of each branch
@@ -99,6 +91,20 @@ class ModelDrafter(BlockShape):
         drafts, q, cache = jax.lax.fori_loop(1, L, step, (drafts, q, cache))
         return drafts, q, cache
 
+    @staticmethod
+    def catch_up(model, cache, history, n, scratch: int):
+        """The root forward: (logits of the pending token, cache, lag, scratch slot ids).
+
+        lag is 0, or 1 after a fully accepted block. The chunk's slot 0 = history[n-2] (only
+        attended when lag == 1), slot 1 = the pending token."""
+        lag = (n - 1 - cache.length).astype(jnp.int32)
+        s = jnp.arange(scratch)
+        idx = jnp.stack([jnp.maximum(n - 2, 0), n - 1])
+        mask = jnp.stack([s == 0, (s == 1) | ((s == 0) & (lag == 1))])
+        logits, cache = model.forward(history[idx], idx.astype(jnp.int32),
+                                      jnp.arange(2, dtype=jnp.int32), mask, cache)
+        return logits[1], cache, lag, s
+
     def root(self, keys: Array, law: Float[Array, " V"], pick
              ) -> tuple[Int[Array, " K"], Float[Array, "K V"]]:
         """The K root tokens and the laws they were drawn from: K i.i.d. draws from q.
@@ -107,12 +113,17 @@ class ModelDrafter(BlockShape):
         return jax.vmap(pick)(keys, q0), q0
 
     def update(self, model, state, drafts, verdict: Verdict, n, *, scratch: int):
+        return self.commit(model, state, verdict, n, drafted=self.L)
+
+    def commit(self, model, cache, verdict: Verdict, n, *, drafted):
+        """Keep the root and the accepted draft's fed tokens: x_0..x_{drafted-2} were fed to the
+        draft model (the last drafted token was only sampled), so at most drafted - 1 of them,
+        and a fully accepted block leaves a one-token lag for the next ``catch_up``."""
         L = self.L
-        cache = state
         lag = (n - 1 - cache.length).astype(jnp.int32)
         tau = verdict.num_emitted - 1
         path = 2 + verdict.draft_index * L + jnp.arange(L - 1, dtype=jnp.int32)
         with_lag = jnp.concatenate([jnp.array([0, 1], jnp.int32), path])
         no_lag = jnp.concatenate([jnp.array([1], jnp.int32), path, jnp.zeros((1,), jnp.int32)])
         slots = jnp.where(lag == 1, with_lag, no_lag)
-        return model.commit(cache, slots, lag + 1 + jnp.minimum(tau, L - 1))
+        return model.commit(cache, slots, lag + 1 + jnp.minimum(tau, drafted - 1))

@@ -64,7 +64,10 @@ def test_threshold_zero_is_the_fixed_length_drafter_and_one_stops_after_a_token(
     assert never.tokens == fixed.tokens
     assert never.summary["target_calls"] == fixed.summary["target_calls"]
     always = generate(target, prompts, drafter=AdaptiveDrafter(L=4, threshold=1.0), **kw)
+    # one drafted token + at most one more per step: BE <= 2, where the fixed L = 4 exceeds it
+    assert fixed.summary["block_efficiency"] > 2.0
     assert 1.0 < always.summary["block_efficiency"] <= 2.0
+    assert sum(always.summary["per_position_acceptance"][1:]) == 0  # positions 2+ never drafted
 
 
 def test_sampled_law_matches_target_and_the_unguarded_verifier_fails():
