@@ -105,6 +105,7 @@ class Method:
     draft_weights: str | None = None
     draft_vocab: int | None = None
     threshold: float | None = None  # adaptive draft length (AdaptiveDrafter); None = fixed L
+    drafter: str | None = None  # a drafting policy by name (``specjax.drafters.DRAFTERS``)
     label: str | None = None
 
     @property
@@ -168,7 +169,8 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
 
 def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
     variant = {k: v for k, v in asdict(method).items()
-               if k in ("L", "draft_weights", "draft_vocab", "threshold") and v is not None}
+               if k in ("L", "draft_weights", "draft_vocab", "threshold", "drafter")
+               and v is not None}
     return json.dumps({"table": table, "dataset": dataset, "method": method.name, "K": method.K,
                        "setting": asdict(setting), **variant}, sort_keys=True)
 
@@ -217,8 +219,11 @@ def min_calls(new_tokens: int, L: int) -> int:
 
 
 def drafter_for(setting: Setting, method: Method):
-    from specjax.drafters import AdaptiveDrafter, ModelDrafter
+    from specjax.drafters import AdaptiveDrafter, ModelDrafter, get_drafter
 
+    if method.drafter is not None:
+        options = {} if method.threshold is None else dict(threshold=method.threshold)
+        return get_drafter(method.drafter, K=method.K, L=method.L or setting.L, **options)
     if method.threshold is not None:
         return AdaptiveDrafter(K=method.K, L=method.L or setting.L, threshold=method.threshold)
     return ModelDrafter(K=method.K, L=method.L or setting.L,

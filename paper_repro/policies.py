@@ -5,7 +5,10 @@
 
 Rows: AR; token-wise SD with the int8 0.5B draft at fixed L = 4 and L = 6 (L = 6 is the main
 command's setup); the adaptive draft length (``specjax.drafters.adaptive``: draft up to L = 8,
-stop once the draft's probability of its last token is below the threshold) at two thresholds.
+stop once the draft's probability of its last token is below the threshold) at two thresholds;
+multi-draft SpecInfer with K = 3 drafts of fixed L = 6, and the dynamic tree
+(``specjax.drafters.dynamic_tree``: K = 3 paths of up to L = 8, each grown while the product of
+the draft's probabilities along it stays above 0.1), both verified by SpecInfer's RRS.
 Every row is exact: the verifier sees the q the draft sampled from, and the stop rule reads only
 the draft's own laws. Same latency method as Table 1 (``paper_repro.table1``): each prompt alone,
 interleaved timing repeats, SR intervals over prompts and repeats.
@@ -32,13 +35,16 @@ def methods(setting: Setting) -> list[Method]:
         Method("token", L=6, draft_weights=int8, label="sd_L6"),
         Method("token", L=8, draft_weights=int8, threshold=0.5, label="adaptive_L8_t0.5"),
         Method("token", L=8, draft_weights=int8, threshold=0.3, label="adaptive_L8_t0.3"),
+        Method("specinfer", K=3, L=6, draft_weights=int8, label="specinfer_K3_L6"),
+        Method("specinfer", K=3, L=8, draft_weights=int8, threshold=0.1, drafter="dynamic_tree",
+               label="tree_K3_L8_t0.1"),
     ]
 
 
 def main(argv=None) -> dict:
     return run_table("policies", "Dynamic drafting policies at batch 1: adaptive draft length "
-                     "vs fixed L (target float32, int8 draft)", argv, PRESETS, methods,
-                     paper=False)
+                     "vs fixed L, dynamic tree vs fixed K x L (target float32, int8 draft)",
+                     argv, PRESETS, methods, paper=False)
 
 
 if __name__ == "__main__":

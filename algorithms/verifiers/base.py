@@ -24,10 +24,11 @@ Draft structures. Each drafter declares one (``Drafter.draft_structure``):
 - ``GREEDY``: Hu et al.'s greedy multi-drafting (``specjax.drafters.greedy``): K-1 roots fixed at
   the draft's top tokens (one-hot q), one root sampled from q restricted to the rest, every draft
   continued i.i.d. from the draft model. Only ``greedy_draft`` is built for it.
-- ``STOPPED``: one draft (K = 1) drawn token by token from q that may stop before L: the drafter
-  decides after each token, from its own laws only, whether to draft the next
-  (``specjax.drafters.adaptive``). Positions not drafted carry an all-zero q row, which a
-  verifier must read as "no draft here" (rejected, the correction drawn from p itself). Only
+- ``STOPPED``: IID drafts drawn token by token from q, each of which may stop before L: the
+  drafter decides after each token, from its own laws and tokens only, whether that draft
+  draws the next (``specjax.drafters.adaptive`` with K = 1, ``specjax.drafters.dynamic_tree``).
+  Positions not drafted carry an all-zero q row, which a verifier must read as "no draft here"
+  (the draft leaves the node; with no draft left, the correction is drawn from p itself). Only
   verifiers that list it take it, at any K: block verification's convention min(1, p/0) = 1
   would accept a position that was never drafted.
 
@@ -108,7 +109,7 @@ def check_pairing(verifier, draft_structure: str, K: int, *, drafter_name: str =
         raise ValueError(
             f"pairing: {drafter_name} ({draft_structure} drafts, K={K}) with {name} is refused: "
             f"{name} is only defined for {sorted(accepted_structures(verifier))} drafts; "
-            + ("use verifier 'token'" if draft_structure == STOPPED
+            + ("use verifier 'token' (K=1) or 'specinfer'" if draft_structure == STOPPED
                else "use K=1 or a verifier that accepts them (e.g. specinfer, traversal)"))
 
 

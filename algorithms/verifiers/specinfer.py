@@ -18,6 +18,13 @@ final residual" equals the current r whenever x_k is drawn from q_k given the ea
 candidates, so the node emits exactly p(.|z); the accepted child's survivors then draw their
 continuations by the same scheme, so the child emits p(.|z, x) in turn.
 
+The proof never uses how many candidates a node has, only that each one is drawn from its law
+given the earlier ones; so drafts that stop early by a rule of the draft's own past (draft
+structure STOPPED, ``specjax.drafters.dynamic_tree``) are verified by the same loop. A position
+a draft did not fill has an all-zero q row, so its filler token has q(x) = 0, while a drafted
+token always has q(x) > 0: the draft takes no part in that node or below it, and a node left
+with no candidates emits its correction from p itself.
+
 RRSw changes only what the drafter hands in, so it is not an option of this class: the
 same kernel verifies without-replacement drafts when ``q[k, t]`` is each draft's sequential law
 (no drafter in ``specjax.drafters`` produces them yet; the exact law's ``replacement=False`` and
@@ -45,6 +52,7 @@ from jaxtyping import Array, Bool, Float, Int
 from algorithms.verifiers.base import (
     DETERMINISTIC,
     IID,
+    STOPPED,
     Verdict,
     emit,
     residual,
@@ -58,10 +66,16 @@ from algorithms.verifiers.base import (
 class SpecInferVerifier:
     lossless: ClassVar[bool] = True
     max_drafts: ClassVar[int | None] = None
-    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
+    draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC, STOPPED})
 
     def init_state(self, L: int, V: int):
         return ()
+
+    @staticmethod
+    def filled(drafts: Int[Array, "K L"], q: Float[Array, "K L V"]) -> Bool[Array, "K L"]:
+        """Which positions were drafted: a drafted token has q > 0 at itself, an undrafted
+        position (STOPPED) an all-zero row."""
+        return jnp.take_along_axis(q, drafts[..., None], 2)[..., 0] > 0
 
     def rrs_node(
         self,
@@ -98,10 +112,12 @@ class SpecInferVerifier:
         K, L, _ = validate_inputs(self, drafts, q, p)
         k_coin, k_extra = jax.random.split(key)
         u = jax.random.uniform(k_coin, (L, K))
+        filled = self.filled(drafts, q)
 
         def depth(carry, t):
             alive, stopped, tau, lead, law = carry
             active = ~stopped
+            alive = alive & filled[:, t]
             # cond, not where: unbatched, nodes after the stop cost nothing.
             winner, r = lax.cond(
                 active, lambda: self.rrs_node(p[lead, t], drafts[:, t], q[:, t], alive, u[t]),

@@ -1,7 +1,8 @@
 """Drafters: who proposes the K×L draft tree and the laws q it was sampled from.
 
 ``ModelDrafter`` (a separate small model; ``AdaptiveDrafter``: the same with a draft length
-that stops at low draft confidence), ``NgramDrafter`` (prompt lookup, one-hot q),
+that stops at low draft confidence; ``DynamicTreeDrafter``: K paths, each grown while its
+cumulative draft confidence stays above a threshold), ``NgramDrafter`` (prompt lookup, one-hot q),
 ``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
 multi-drafting on a draft model), ``EagleDrafter`` / ``MedusaDrafter`` (trained heads on the
 target's features, ``specjax-train``; ``trained``: what they share, and loading their weights).
@@ -11,6 +12,7 @@ draft-family decoders, loaded by name (``family/<target>/dD-lN``) for ``ModelDra
 
 from specjax.drafters.adaptive import AdaptiveDrafter
 from specjax.drafters.base import Drafter
+from specjax.drafters.dynamic_tree import DynamicTreeDrafter
 from specjax.drafters.eagle import EagleDrafter
 from specjax.drafters.early_exit import EarlyExitDrafter
 from specjax.drafters.greedy import GreedyDrafter
@@ -20,7 +22,7 @@ from specjax.drafters.ngram import NgramDrafter
 
 DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter,
             "greedy": GreedyDrafter, "eagle": EagleDrafter, "medusa": MedusaDrafter,
-            "adaptive": AdaptiveDrafter}
+            "adaptive": AdaptiveDrafter, "dynamic_tree": DynamicTreeDrafter}
 
 
 def get_drafter(name: str, **options) -> Drafter:
@@ -29,5 +31,6 @@ def get_drafter(name: str, **options) -> Drafter:
     return DRAFTERS[name](**options)
 
 
-__all__ = ["DRAFTERS", "AdaptiveDrafter", "Drafter", "EagleDrafter", "EarlyExitDrafter",
-           "GreedyDrafter", "MedusaDrafter", "ModelDrafter", "NgramDrafter", "get_drafter"]
+__all__ = ["DRAFTERS", "AdaptiveDrafter", "Drafter", "DynamicTreeDrafter", "EagleDrafter",
+           "EarlyExitDrafter", "GreedyDrafter", "MedusaDrafter", "ModelDrafter", "NgramDrafter",
+           "get_drafter"]

@@ -75,15 +75,10 @@ class ModelDrafter(BlockShape):
         x0, q0 = self.root(keys[:K], sampling(logits), pick)
         drafts = jnp.zeros((K, L), jnp.int32).at[:, 0].set(x0)
         q = jnp.zeros((K, L, vocab_size), jnp.float32).at[:, 0].set(q0)
-        branch = 2 + jnp.arange(K) * L  # first slot of each branch
 
         def step(i, carry):
             drafts, q, cache = carry
-            slots = (branch + i - 1).astype(jnp.int32)
-            mask = ((s[None, :] == 1) | ((s[None, :] == 0) & (lag == 1))
-                    | ((s[None, :] >= branch[:, None]) & (s[None, :] <= slots[:, None])))
-            positions = jnp.full((K,), n + i - 1, jnp.int32)
-            logits, cache = model.forward(drafts[:, i - 1], positions, slots, mask, cache)
+            logits, cache = self.depth_forward(model, drafts, i, cache, lag, s, n)
             qi = sampling(logits)
             xi = jax.vmap(pick)(jax.lax.dynamic_slice_in_dim(keys, i * K, K), qi)
             return drafts.at[:, i].set(xi), q.at[:, i].set(qi), cache
@@ -104,6 +99,18 @@ class ModelDrafter(BlockShape):
         logits, cache = model.forward(history[idx], idx.astype(jnp.int32),
                                       jnp.arange(2, dtype=jnp.int32), mask, cache)
         return logits[1], cache, lag, s
+
+    @staticmethod
+    def depth_forward(model, drafts: Int[Array, "K L"], i, cache, lag, s, n):
+        """Feed x_{i-1} of every branch (slot 2 + k·L + i - 1): the logits of depth i, [K, V].
+        Each branch attends to the catch-up chunk and its own earlier slots only."""
+        K, L = drafts.shape
+        branch = 2 + jnp.arange(K) * L  # first slot of each branch
+        slots = (branch + i - 1).astype(jnp.int32)
+        mask = ((s[None, :] == 1) | ((s[None, :] == 0) & (lag == 1))
+                | ((s[None, :] >= branch[:, None]) & (s[None, :] <= slots[:, None])))
+        positions = jnp.full((K,), n + i - 1, jnp.int32)
+        return model.forward(drafts[:, i - 1], positions, slots, mask, cache)
 
     def root(self, keys: Array, law: Float[Array, " V"], pick
              ) -> tuple[Int[Array, " K"], Float[Array, "K V"]]:
