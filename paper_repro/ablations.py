@@ -42,11 +42,14 @@ from paper_repro.cells import (  # noqa: E402
     with_overrides,
 )
 from paper_repro.table1 import (  # noqa: E402
+    at_ceiling,
     be_stat,
+    ceiling_stat,
     ci,
     estimate,
     header,
     lossless_verdict,
+    one_machine,
     sr_stat,
 )
 
@@ -80,19 +83,19 @@ def setting_at(which: str, value, base: Setting) -> Setting:
 
 
 def measure(which: str, preset: str, base: Setting, values, names: str | None, out: Path,
-            resume: bool) -> dict:
+            resume: bool, run: bool = True) -> dict:
     """{value: {(dataset, method): cell}}, AR (when SR is reported) under the key ``"ar"``."""
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     by_value = {}
     ar = {}
     if which != "T":
         ar, _ = run_cells("ablation", f"{which}_{preset}", base, [Method(None)], out,
-                          resume=resume, log=log)
+                          resume=resume, log=log, measure=run)
     for v in values:
         s = setting_at(which, v, base)
         cells, _ = run_cells("ablation", f"{which}_{preset}", s,
                              select(methods_for(which, v, base), names), out, resume=resume,
-                             log=log)
+                             log=log, measure=run)
         by_value[v] = {**cells, **ar}
     return by_value
 
@@ -107,8 +110,10 @@ def summarize(which: str, base: Setting, by_value: dict) -> list[dict]:
                 continue
             row = dict(method=name, K=cell["K"], value=v,
                        lossless=lossless_verdict(name, cell["K"])[0],
-                       BE=estimate(be_stat(cells, [d], name), cells, [d], name))
-            if which != "T":
+                       BE=estimate(be_stat(cells, [d], name), cells, [d], name),
+                       BE_ceiling=estimate(ceiling_stat(cells, [d], name), cells, [d], name),
+                       at_ceiling=at_ceiling(cells, [d], name))
+            if which != "T" and one_machine(cells, [d], name, "ar"):
                 row["SR"] = estimate(sr_stat(cells, [d], name), cells, [d], name)
                 # as in Table 1: a resumed cell's SR divides by an AR from another session
                 row["other_session"] = cell["session"] != cells.get((d, "ar"), cell)["session"]
@@ -128,7 +133,10 @@ def markdown_table(which: str, rows: list[dict], values) -> list[str]:
             if r is None:
                 vals.append("—")
                 continue
-            vals.append(f"BE {ci(r['BE'])}" + (f"<br>SR {ci(r['SR'])}" if "SR" in r else "")
+            vals.append(f"BE {ci(r['BE'])}<br>ceiling {r['BE_ceiling'][0]:.2f}, "
+                        f"{100 * r['at_ceiling']:.0f} % at it"
+                        + (f"<br>SR {ci(r['SR'])}" if "SR" in r else
+                           "<br>SR — ‡" if which != "T" else "")
                         + (" †" if r.get("other_session") else ""))
         shown = n + (f" ({PAPER_NAMES[n]})" if n in PAPER_NAMES else "")
         lines.append(f"| {shown} | " + " | ".join(vals) + " |")
@@ -140,7 +148,8 @@ def figure(which: str, rows: list[dict], path: Path, title: str) -> None:
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         for n in dict.fromkeys(r["method"] for r in rows):
-            pts = sorted((r["value"], r[metric]) for r in rows if r["method"] == n)
+            pts = sorted((r["value"], r[metric]) for r in rows if r["method"] == n
+                         and metric in r)
             xs = [x for x, _ in pts]
             ys = [y[0] for _, y in pts]
             err = [[y[0] - y[1] for _, y in pts], [y[2] - y[0] for _, y in pts]]
@@ -171,6 +180,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-new-tokens", type=int)
     ap.add_argument("--batch-size", type=int, help="1 = latency (default), else throughput")
     ap.add_argument("--repeats", type=int, help="timings per cell, interleaved across methods")
+    ap.add_argument("--render-only", action="store_true",
+                    help="measure nothing: render the stored cells as they are")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     if args.repeats is not None and args.repeats < 1:
@@ -181,14 +192,14 @@ def main(argv=None) -> dict:
     values = (tuple(cast(v) for v in args.values.split(",")) if args.values
               else GRIDS[args.which])
     by_value = measure(args.which, args.preset, base, values, args.methods, args.out,
-                       args.resume)
+                       args.resume, run=not args.render_only)
     rows = summarize(args.which, base, by_value)
     all_cells = {(v, *k): c for v, cells in by_value.items() for k, c in cells.items()}
     unique = {c["key"]: c for c in all_cells.values()}
     title = {"K": "BE and SR vs K (number of drafts)", "L": "BE and SR vs L (draft length)",
              "T": "BE vs temperature T"}[args.which]
     command = f"python -m paper_repro.ablations --preset {args.preset} --which {args.which}"
-    command += "".join(f" {a}" for a in (argv or [])
+    command += "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv)
                        if a not in ("--preset", args.preset, "--which", args.which))
     md = header(f"Ablation: {title}", command, base, unique, time.perf_counter() - start)
     fixed = {"K": "L = {L}, T = {T}", "L": "K = {K} for multi-draft rows, T = {T}",
@@ -197,7 +208,10 @@ def main(argv=None) -> dict:
            + fixed.format(K=base.K, L=base.L, T=base.temperature)
            + " (the Setting line above shows the unswept values). "
            + ("SR: over one AR cell (AR does not depend on the swept value); a † marks a "
-              "cell measured in another session than that AR cell (after a resume)."
+              "cell measured in another session than that AR cell (after a resume), a ‡ one "
+              "timed on another machine (no SR). BE's ceiling: as in Table 1, the BE if every "
+              "prompt had made the fewest target calls its tokens allow, and the share of "
+              "prompts that did."
               if args.which != "T" else "BE only (no AR cells)."), ""]
     md += markdown_table(args.which, rows, values)
     args.out.mkdir(parents=True, exist_ok=True)

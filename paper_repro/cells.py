@@ -323,13 +323,16 @@ def add_repeat(row: dict, result: dict, repeat: int) -> None:
 
 
 def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], out: Path,
-              resume: bool = True, log=print) -> tuple[dict, CellStore]:
+              resume: bool = True, log=print, measure: bool = True) -> tuple[dict, CellStore]:
     """Every (dataset, method) cell, measured or taken from the store -> {(dataset, method): row}.
 
     Models load only when some cell is missing. Per dataset, repeat r of every method (AR first)
     runs before repeat r + 1 of any; each finished repeat is stored, so a killed run resumes at
     the repeat it was in. Every method's compiled loop is kept for the whole table (one compile
     per method and prompt padding), and the persistent compilation cache is on for real models.
+    A stored cell gets more repeats only on the machine that timed it: two machines' seconds
+    averaged into one cell would be a speed of neither. ``measure=False`` runs nothing and
+    returns the stored cells as they are (a cell may have fewer repeats than the setting asks).
     """
     from specjax import api
 
@@ -337,6 +340,12 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     keys = {(d, m.name): cell_key(table, d, m, setting) for d in setting.datasets for m in methods}
     done = lambda row: row is not None and row.get("repeats_done", 1) >= setting.repeats  # noqa
     todo = [k for k, key in keys.items() if not done(store.get(key))]
+    if not measure:
+        missing = [f"{d} / {name}" for (d, name), key in keys.items() if store.get(key) is None]
+        if missing:
+            raise SystemExit(f"{store.path} has no stored cell for {', '.join(missing)} in this "
+                             "setting: run without --render-only to measure them")
+        return {k: store.get(key) for k, key in keys.items()}, store
     models = Models(setting)
     if todo and not setting.toy:
         from specjax import compile_cache
@@ -354,6 +363,14 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
                     row = store.get(key)
                     if row is not None and row.get("repeats_done", 1) > repeat:
                         continue
+                    if row is not None and row["hardware"] != hardware.describe():
+                        raise SystemExit(
+                            f"{table} [{preset}] {dataset} / {method.name}: its stored repeats "
+                            f"were timed on {row['hardware']}, this machine is "
+                            f"{hardware.describe()}; one cell's seconds must come from one "
+                            "machine. Rerun with --no-resume to measure the cells here (the "
+                            f"stored ones stay in {store.path} until replaced), or "
+                            "--render-only to render what is stored.")
                     if prompts is None:
                         prompts = prompt_texts(setting, dataset, models.pair(ordered[0])[0])
                     ids, texts = prompts

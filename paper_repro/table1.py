@@ -186,6 +186,12 @@ def gain_stat(stat_a, stat_b):
     return lambda idx, rep=None: 100.0 * (stat_a(idx, rep) / stat_b(idx, rep) - 1.0)
 
 
+def one_machine(cells, datasets, *methods) -> bool:
+    """Whether these cells' seconds come from one machine: BE compares across machines, a
+    ratio of two machines' seconds is the speed of neither."""
+    return len({cells[d, m]["hardware"] for d in datasets for m in methods}) == 1
+
+
 def estimate(stat, cells, datasets, method) -> tuple[float, float, float]:
     idx, rep = _indices(cells, datasets, method)
     return bootstrap.estimate(stat, idx.shape[1], idx, rep)
@@ -202,10 +208,13 @@ def rows(cells, setting: Setting, methods: list[Method]) -> list[dict]:
                        m.verifier, m.K), datasets={})
         for d in setting.datasets:
             cell = {"BE": estimate(be_stat(cells, [d], m.name), cells, [d], m.name)}
-            if has_ar:
-                cell["SR"] = estimate(sr_stat(cells, [d], m.name), cells, [d], m.name)
-                cell["SR_by_repeat"] = sr_by_repeat(cells, [d], m.name)
             c = cells[d, m.name]
+            cell["other_machine"] = has_ar and not one_machine(cells, [d], m.name, "ar")
+            if has_ar:
+                cell["SR"], cell["SR_by_repeat"] = (
+                    (None, []) if cell["other_machine"] else
+                    (estimate(sr_stat(cells, [d], m.name), cells, [d], m.name),
+                     sr_by_repeat(cells, [d], m.name)))
             cell["commit"] = c.get("commit", "unknown")
             cell["hardware"] = c["hardware"]
             cell["target_calls"] = int(_field(cells, [d], m.name, "target_calls").sum())
@@ -249,7 +258,7 @@ def gains(cells, setting: Setting, names: set[str], base: str = "spectr_gbv") ->
         for key, ds in [("pooled", list(setting.datasets))] + [(d, [d]) for d in setting.datasets]:
             g = {"BE": estimate(gain_stat(be_stat(cells, ds, base), be_stat(cells, ds, other)),
                                 cells, ds, base)}
-            if has_ar:
+            if has_ar and one_machine(cells, ds, base, other, "ar"):
                 g["SR"] = estimate(gain_stat(sr_stat(cells, ds, base), sr_stat(cells, ds, other)),
                                    cells, ds, base)
             row["per_dataset"][key] = g
@@ -357,11 +366,17 @@ def main_table(table_rows: list[dict], setting: Setting) -> list[str]:
             vals.append(ci(c["BE"]) + (f"<br>ceiling {c['BE_ceiling'][0]:.2f}, "
                                        f"{100 * c['at_ceiling']:.0f} % at it"
                                        if "BE_ceiling" in c else ""))
-            if has_sr:
+            if has_sr and c["SR"] is None:
+                vals.append("— ‡")
+            elif has_sr:
                 vals.append(ci(c["SR"]) + (" †" if c["other_session"] else "")
                             + "<br>per repeat " + " / ".join(f"{x:.2f}"
                                                              for x in c["SR_by_repeat"]))
         lines.append(f"| {name} | {r['K']} | {r['lossless_text']} | " + " | ".join(vals) + " |")
+    if any(r["datasets"][d].get("other_machine") for r in table_rows for d in ds):
+        lines += ["", f"‡ timed on another machine than its AR cell (see the Cells table): its "
+                  f"BE stands, its {speed} is not reported (the seconds of two machines do not "
+                  "make one speed-up)."]
     return lines
 
 
@@ -496,8 +511,8 @@ def paper_measurements(cells, setting: Setting, names: set[str], base: str = "sp
     ds = list(setting.datasets)
     iters = estimate(gain_stat(calls_stat(cells, ds, base), calls_stat(cells, ds, vs)),
                      cells, ds, base)
-    wall = estimate(gain_stat(seconds_stat(cells, ds, base), seconds_stat(cells, ds, vs)),
-                    cells, ds, base)
+    wall = (estimate(gain_stat(seconds_stat(cells, ds, base), seconds_stat(cells, ds, vs)),
+                     cells, ds, base) if one_machine(cells, ds, base, vs) else None)
     b_base, b_vs = breakdown_of(cells, setting, base), breakdown_of(cells, setting, vs)
     verify = (None if not (b_base and b_vs) else
               (b_base["verify_ms"], b_vs["verify_ms"],
@@ -514,8 +529,9 @@ def paper_measurements(cells, setting: Setting, names: set[str], base: str = "sp
              f"| decoding iterations (target calls per token) | -2.6 % | {ci(iters, 1, True)} | "
              f"{significant(iters)} |",
              f"| verifier overhead per call, K = {setting.K} | > 50 % less | {v} | — |",
-             f"| wall-clock per token | -6.3 to -11.8 % | {ci(wall, 1, True)} | "
-             f"{significant(wall)} |"]
+             "| wall-clock per token | -6.3 to -11.8 % | "
+             + (f"{ci(wall, 1, True)} | {significant(wall)} |" if wall else
+                "— (the two cells were timed on different machines) | — |")]
     return lines, out
 
 
@@ -576,6 +592,8 @@ def parser(prog: str, presets: dict[str, Setting], doc: str) -> argparse.Argumen
                     help="the draft samples from its first n token ids + EOS (exact q)")
     ap.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=None,
                     help="time draft / tree / verify / other once per method")
+    ap.add_argument("--render-only", action="store_true",
+                    help="measure nothing: render the stored cells as they are")
     return ap
 
 
@@ -608,7 +626,8 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     setting = setting_of(args, presets)
     methods = select(methods_of(setting), args.methods)
     cells, _ = run_cells(table, args.preset, setting, methods, args.out, resume=args.resume,
-                         log=lambda s: print(s, file=sys.stderr, flush=True))
+                         log=lambda s: print(s, file=sys.stderr, flush=True),
+                         measure=not args.render_only)
     table_rows = rows(cells, setting, methods)
     names = {m.name for m in methods}
     gain_rows = gains(cells, setting, names)

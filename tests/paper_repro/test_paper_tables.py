@@ -202,6 +202,50 @@ def test_ablation_marks_sr_cells_from_another_session(fake_runs, tmp_path, monke
                for row in table), table
 
 
+def test_a_cell_from_another_machine_is_neither_extended_nor_divided(fake_runs, tmp_path,
+                                                                      monkeypatch):
+    """Seconds of two machines never meet: a stored cell gets no timing repeat on another
+    machine (refused before anything runs or is rewritten), and a cell timed on another machine
+    than its AR cell keeps its BE but gets no SR. ``--render-only`` measures nothing."""
+    base = ["--preset", "tiny", "--which", "K", "--out", str(tmp_path)]
+    ablations.main(base + ["--values", "1", "--repeats", "2"])
+    store = tmp_path / "runs" / "ablation_K_tiny" / "cells.jsonl"
+    killed = [json.loads(line) for line in store.read_text().splitlines()]  # after repeat 1
+    store.write_text("".join(json.dumps(dict(r, repeats_done=1)) + "\n" for r in killed))
+    before = store.read_text()
+    monkeypatch.setattr(cells, "SESSION", "a-later-session")
+    monkeypatch.setattr(cells.hardware, "describe", lambda: "CPU: another machine")
+    with pytest.raises(SystemExit, match="timed on .* this machine is CPU: another machine"):
+        ablations.main(base + ["--values", "1", "--repeats", "2"])
+    assert store.read_text() == before
+    ablations.main(base + ["--values", "1", "--repeats", "1"])  # measured on the new machine
+    monkeypatch.setattr(cells.hardware, "describe", lambda: "CPU: a third machine")
+    res = ablations.main(base + ["--values", "1,2", "--repeats", "1"])
+    assert {r["value"] for r in res["rows"] if "SR" in r} == {1}
+    table = [line for line in (tmp_path / "ablation_K_tiny.md").read_text().splitlines()
+             if line.startswith("| ") and "K = 1" not in line]
+    assert all("SR — ‡" in row.split(" | ")[2] and "‡" not in row.split(" | ")[1]
+               for row in table), table
+    monkeypatch.setattr(cells, "run_cell", lambda *a, **k: pytest.fail("render-only ran a cell"))
+    again = ablations.main(base + ["--values", "1,2", "--repeats", "1", "--render-only"])
+    assert again["rows"] == res["rows"]
+    with pytest.raises(SystemExit, match="no stored cell for humaneval / specinfer"):
+        ablations.main(base + ["--values", "3", "--repeats", "1", "--render-only"])
+
+
+def test_table1_reports_no_sr_for_a_cell_timed_on_another_machine(fake_runs, tmp_path,
+                                                                   monkeypatch):
+    base = ["--preset", "tiny", "--out", str(tmp_path), "--datasets", "humaneval"]
+    table1.main(base + ["--methods", "ar,spectr"])
+    monkeypatch.setattr(cells.hardware, "describe", lambda: "CPU: another machine")
+    res = table1.main(base + ["--methods", "ar,spectr,spectr_gbv"])
+    sr = {r["method"]: r["datasets"]["humaneval"]["SR"] for r in res["rows"]}
+    assert sr["spectr"] is not None and sr["spectr_gbv"] is None
+    assert all("SR" not in g["per_dataset"]["pooled"] for g in res["gains"])
+    md = (tmp_path / "table1_tiny.md").read_text()
+    assert "— ‡" in md and "timed on different machines" in md
+
+
 def test_repo_table_uses_the_repository_setting(fake_runs, tmp_path):
     res = table_repo.main(["--preset", "full", "--out", str(tmp_path)])
     s = res["setting"]

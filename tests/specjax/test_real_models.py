@@ -119,3 +119,24 @@ def test_qwen_goldens(name):
     assert model.config.arch == "qwen2" and model.config.qkv_bias
     check_prompt_top5(model, GOLDENS[name])
     check_greedy_and_tree(model, GOLDENS[name])
+
+
+@pytest.mark.slow
+def test_dynamic_policies_greedy_equal_autoregressive_on_the_qwen_pair():
+    """The adaptive length and the dynamic tree on the real pair (float32 1.5B target, int8 0.5B
+    draft, chat prompts): greedy speculative decoding gives autoregressive decoding's tokens."""
+    from specjax import generate
+    from specjax.data import PromptSuite
+    from specjax.drafters import AdaptiveDrafter, DynamicTreeDrafter
+    from specjax.sampling import Sampling
+
+    target, draft = load_model(QWEN[1]), load_model(QWEN[0], weights="int8")
+    suite = PromptSuite(suite="humaneval", n=2, shuffle=False, chat=True)
+    prompts = suite.texts(target, suite.load())
+    kw = dict(sampling=Sampling(temperature=0), max_new_tokens=48, progress=False)
+    ar = generate(target, prompts, **kw)
+    for drafter, verifier in ((AdaptiveDrafter(L=8, threshold=0.5), "token"),
+                              (DynamicTreeDrafter(K=3, L=8, threshold=0.1), "specinfer")):
+        res = generate(target, prompts, draft=draft, drafter=drafter, verifier=verifier, **kw)
+        assert res.tokens == ar.tokens, type(drafter).__name__
+        assert res.summary["block_efficiency"] > 1.5  # drafting did happen
