@@ -45,7 +45,8 @@ def test_greedy_equals_autoregressive_on_a_decoder_pair():
     target = ToyLoaded(name="tiny-target", model=_tiny_decoder(seed=0))
     draft = ToyLoaded(name="tiny-draft", model=_tiny_decoder(seed=1))
     ref = uncached_greedy(target.model, DEC_PROMPTS, 8)
-    for threshold in (0.2, 1.0):  # 0 is the fixed drafter, token for token (test below)
+    # 0 is the fixed drafter token for token, 1 stops after one token (both tested below)
+    for threshold in (0.2,):
         res = generate(target, DEC_PROMPTS, draft=draft,
                        drafter=AdaptiveDrafter(L=4, threshold=threshold), verifier="token",
                        sampling=GREEDY, max_new_tokens=8, progress=False, compiler_options=FAST)
@@ -72,11 +73,10 @@ def test_threshold_zero_is_the_fixed_length_drafter_and_one_stops_after_a_token(
 
 def test_sampled_law_matches_target_and_the_unguarded_verifier_fails():
     adaptive = AdaptiveDrafter(L=3, threshold=0.5)
-    fit, res = toy_fit(adaptive)
+    fit, _ = toy_fit(adaptive)
     assert fit.passes(FPR), fit
-    _, fixed = toy_fit(ModelDrafter(K=1, L=3))
-    # the rule did stop some blocks early (else this would test the fixed-length drafter)
-    assert res.summary["block_efficiency"] < fixed.summary["block_efficiency"]
+    # The mutant differs from the guarded verifier only at undrafted positions, so its failure
+    # also shows that the rule did stop blocks early (else this would test the fixed drafter).
     bad, _ = toy_fit(adaptive, verifier=UnguardedToken())
     assert not bad.passes(FPR), bad
 

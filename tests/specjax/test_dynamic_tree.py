@@ -36,7 +36,8 @@ def test_greedy_equals_autoregressive_on_a_decoder_pair():
     target = ToyLoaded(name="tiny-target", model=_tiny_decoder(seed=0))
     draft = ToyLoaded(name="tiny-draft", model=_tiny_decoder(seed=1))
     ref = uncached_greedy(target.model, DEC_PROMPTS, 8)
-    for threshold in (0.05, 1.0):  # 0 is the fixed tree, token for token (test below)
+    # 0 is the fixed tree token for token, 1 stops every path after a token (tested below)
+    for threshold in (0.05,):
         res = generate(target, DEC_PROMPTS, draft=draft,
                        drafter=DynamicTreeDrafter(K=3, L=4, threshold=threshold),
                        verifier="specinfer", sampling=GREEDY, max_new_tokens=8, progress=False,
@@ -63,11 +64,10 @@ def test_threshold_zero_is_the_fixed_tree_and_one_stops_every_path_after_a_token
 
 def test_sampled_law_matches_target_and_the_unguarded_verifier_fails():
     tree = DynamicTreeDrafter(K=3, L=3, threshold=0.3)
-    fit, res = toy_fit(tree, verifier="specinfer")
+    fit, _ = toy_fit(tree, verifier="specinfer")
     assert fit.passes(FPR), fit
-    _, fixed = toy_fit(ModelDrafter(K=3, L=3), verifier="specinfer")
-    # the rule did stop some paths (else this would test the fixed tree)
-    assert res.summary["block_efficiency"] < fixed.summary["block_efficiency"]
+    # The mutant differs from the guarded verifier only at undrafted positions, so its failure
+    # also shows that the rule did stop paths (else this would test the fixed tree).
     bad, _ = toy_fit(tree, verifier=UnguardedSpecInfer())
     assert not bad.passes(FPR), bad
 
