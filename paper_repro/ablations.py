@@ -178,6 +178,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--values", help="comma list of swept values (default: the issue's grid)")
     ap.add_argument("--n", type=int)
     ap.add_argument("--max-new-tokens", type=int)
+    ap.add_argument("--L", type=int, help="draft length of the K and T sweeps (default: Table 1's)")
     ap.add_argument("--batch-size", type=int, help="1 = latency (default), else throughput")
     ap.add_argument("--repeats", type=int, help="timings per cell, interleaved across methods")
     ap.add_argument("--render-only", action="store_true",
@@ -186,8 +187,11 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     if args.repeats is not None and args.repeats < 1:
         raise SystemExit(f"--repeats must be >= 1, got {args.repeats}")
+    if args.L is not None and (args.which == "L" or args.L < 1):
+        raise SystemExit(f"--L must be >= 1 and only sets the K and T sweeps, got --L {args.L} "
+                         f"with --which {args.which}")
     base = with_overrides(PRESETS[args.preset], n=args.n, max_new_tokens=args.max_new_tokens,
-                          batch_size=args.batch_size, repeats=args.repeats)
+                          batch_size=args.batch_size, repeats=args.repeats, L=args.L)
     cast = float if args.which == "T" else int
     values = (tuple(cast(v) for v in args.values.split(",")) if args.values
               else GRIDS[args.which])

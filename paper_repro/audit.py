@@ -159,16 +159,24 @@ def misreporting(drafter_cls: type) -> type:
 
 
 MUTANT_ROWS = (("token", 1), ("specinfer", 3))
+# A declared-lossy verifier whose bias needs high acceptance to show: drafted by the target
+# itself (the early-exit drafter at every layer, so q = p up to float rounding). At q = p and
+# K = 3, L = 2 the exact checker puts the two-token TV of spectr_gbv at 0.06-0.10 on peaked
+# small laws (and 0 on a flat one), above the ~0.034 that 20,000 samples detect 4 times in 5.
+SELF_ROWS = (("spectr_gbv", 3),)
+SELF = "target as drafter (q = p)"
 
 
 def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *, L: int,
-         exit_layers: int, mutant_rows=MUTANT_ROWS):
+         exit_layers: int, mutant_rows=MUTANT_ROWS, self_rows=(), target_layers: int = 0):
     """(label, drafter or None, verifier name, K, refusal reason or None) for every row.
 
     Ordered so that a run stopped early (the full audit takes hours on a CPU) has the rows that
     matter most: first the misreporting drafter's first row (an audit that cannot fail it is
-    worth nothing), then each verifier at its largest K with the first drafter, the other
-    misreporting rows, each verifier at its largest K with the other drafters, the smaller K."""
+    worth nothing), then the self-drafted rows (``self_rows``, drafted by all ``target_layers``
+    layers) of verifiers asked for, each verifier at its largest K with the first drafter, the
+    other misreporting rows, each verifier at its largest K with the other drafters, the
+    smaller K."""
     from algorithms.verifiers import check_pairing, get_verifier
     from specjax.drafters import EarlyExitDrafter, NgramDrafter
 
@@ -197,6 +205,9 @@ def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *
             yield "early_exit, misreports q", bad, name, K, None
 
     yield from mutants(mutant_rows[:1])
+    for name, K in self_rows:
+        if name in verifiers:
+            yield SELF, EarlyExitDrafter(K=K, L=L, num_layers=target_layers), name, K, None
     yield from (row(*r) for r in largest if r[0] == drafters[0])
     yield from mutants(mutant_rows[1:])
     yield from (row(*r) for r in largest if r[0] != drafters[0])
@@ -210,7 +221,7 @@ def row_seed(seed: int, kind: str, name: str, K: int) -> int:
 
 def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("early_exit", "ngram"),
           Ks=(1, 3), L: int = 2, samples: int = 20_000, exit_layers: int = 1, batch: int = 2000,
-          seed: int = 0, mutant_rows=MUTANT_ROWS, log=print, on_row=None,
+          seed: int = 0, mutant_rows=MUTANT_ROWS, self_rows=SELF_ROWS, log=print, on_row=None,
           store=None, measure: bool = True) -> list[dict]:
     """One dict per row: drafter, verifier, K, and the pooled G-test over the prompts.
 
@@ -224,7 +235,8 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
     laws = [ExactLaw(target, p) for p in prompts]
     per_prompt = -(-samples // len(prompts))  # at least ``samples`` in all
     plan = list(rows(verifiers, drafters, Ks, L=L, exit_layers=exit_layers,
-                     mutant_rows=mutant_rows))
+                     mutant_rows=mutant_rows, self_rows=self_rows,
+                     target_layers=target.model.config.num_layers))
     out = []
 
     def pending() -> list[str]:  # the plan's rows not in ``out``

@@ -32,7 +32,9 @@ def test_two_processes_share_one_mesh_and_only_process_0_writes(make_cfg, tmp_pa
     procs = []
     for pid in (0, 1):
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu",
+        flags = [os.environ.get("SPECJAX_TEST_XLA_FLAGS", ""),
+                 "--xla_force_host_platform_device_count=4"]
+        env.update(XLA_FLAGS=" ".join(filter(None, flags)), JAX_PLATFORMS="cpu",
                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
                    JAX_PROCESS_ID=str(pid))
         procs.append(subprocess.Popen(

@@ -21,7 +21,8 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = " ".join(filter(None, [os.environ.get("SPECJAX_TEST_XLA_FLAGS", ""),
+                                                 "--xla_force_host_platform_device_count=8"]))
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402

@@ -94,3 +94,20 @@ def test_a_declared_lossy_row_is_never_called_a_pass():
                   command="c")
     assert "bias not resolved" in calm and "| pass |" not in calm
     assert "bias detected" in loud and "FAIL" not in loud
+
+
+def test_the_self_drafted_row_drafts_with_every_layer_of_the_target(tiny):
+    """The high-acceptance row (q = p) runs right after the first misreporting row, with the
+    early-exit drafter at all of the target's layers, and only when its verifier is asked for."""
+    from paper_repro.audit import SELF
+
+    layers = tiny.model.config.num_layers
+    plan = list(rows(["token", "spectr_gbv"], ["early_exit"], [1, 3], L=2, exit_layers=1,
+                     self_rows=(("spectr_gbv", 3),), target_layers=layers))
+    assert plan[0][0].endswith("misreports q")
+    kind, drafter, name, K, refused = plan[1]
+    assert (kind, name, K, refused) == (SELF, "spectr_gbv", 3, None)
+    assert drafter.num_layers == layers and drafter.K == 3 and drafter.L == 2
+    only_token = rows(["token"], ["early_exit"], [1], L=2, exit_layers=1,
+                      self_rows=(("spectr_gbv", 3),), target_layers=layers)
+    assert SELF not in {r[0] for r in only_token}
