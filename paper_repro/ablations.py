@@ -84,20 +84,23 @@ def setting_at(which: str, value, base: Setting) -> Setting:
 
 def measure(which: str, preset: str, base: Setting, values, names: str | None, out: Path,
             resume: bool, run: bool = True) -> dict:
-    """{value: {(dataset, method): cell}}, AR (when SR is reported) under the key ``"ar"``."""
+    """{value: {(dataset, method): cell}}, AR (when SR is reported) under the key ``"ar"``.
+
+    Each value is its own setting, so its cells are one ``run_cells`` call; the calls run once
+    per repeat (AR, then every value, repeat 1; then repeat 2 ...), so that timing drift over
+    the run falls on every value alike, as within one table."""
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    by_value = {}
-    ar = {}
-    if which != "T":
-        ar, _ = run_cells("ablation", f"{which}_{preset}", base, [Method(None)], out,
-                          resume=resume, log=log, measure=run)
-    for v in values:
-        s = setting_at(which, v, base)
-        cells, _ = run_cells("ablation", f"{which}_{preset}", s,
-                             select(methods_for(which, v, base), names), out, resume=resume,
-                             log=log, measure=run)
-        by_value[v] = {**cells, **ar}
-    return by_value
+    groups = [(base, [Method(None)])] if which != "T" else []
+    groups += [(setting_at(which, v, base), select(methods_for(which, v, base), names))
+               for v in values]
+    for r in range(1, base.repeats + 1) if run else ():
+        for s, methods in groups:
+            run_cells("ablation", f"{which}_{preset}", s, methods, out, resume=resume,
+                      log=log, repeats=r)
+    cells = [run_cells("ablation", f"{which}_{preset}", s, methods, out, log=log,
+                       measure=False)[0] for s, methods in groups]
+    ar = cells.pop(0) if which != "T" else {}
+    return {v: {**c, **ar} for v, c in zip(values, cells, strict=True)}
 
 
 def summarize(which: str, base: Setting, by_value: dict) -> list[dict]:

@@ -323,7 +323,8 @@ def add_repeat(row: dict, result: dict, repeat: int) -> None:
 
 
 def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], out: Path,
-              resume: bool = True, log=print, measure: bool = True) -> tuple[dict, CellStore]:
+              resume: bool = True, log=print, measure: bool = True,
+              repeats: int | None = None) -> tuple[dict, CellStore]:
     """Every (dataset, method) cell, measured or taken from the store -> {(dataset, method): row}.
 
     Models load only when some cell is missing. Per dataset, repeat r of every method (AR first)
@@ -333,6 +334,9 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     A stored cell gets more repeats only on the machine that timed it: two machines' seconds
     averaged into one cell would be a speed of neither. ``measure=False`` runs nothing and
     returns the stored cells as they are (a cell may have fewer repeats than the setting asks).
+    ``repeats`` stops after that many of the setting's repeats (the cells' keys still name the
+    setting's count): a table whose cells span several settings (an ablation) calls this once
+    per setting for repeat 1, then again for repeat 2, ..., so its repeats interleave too.
     """
     from specjax import api
 
@@ -357,7 +361,7 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     try:
         for dataset in setting.datasets:
             prompts = None
-            for repeat in range(setting.repeats):
+            for repeat in range(min(setting.repeats, repeats or setting.repeats)):
                 for method in ordered:
                     key = keys[dataset, method.name]
                     row = store.get(key)

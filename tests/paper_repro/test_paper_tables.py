@@ -188,6 +188,22 @@ def test_ablation_tables_and_figures(which, fake_runs, tmp_path):
         assert be[7] > be[1]
 
 
+def test_ablation_repeats_interleave_across_the_swept_values(fake_runs, tmp_path, monkeypatch):
+    """Repeat 1 of AR and of every swept value runs before repeat 2 of any, as within a table:
+    drift over a long run then falls on every value alike instead of on the last ones."""
+    order = []
+
+    def recording(setting, method, *args, **kw):
+        order.append((method.name, method.K))
+        return _fake_cell(setting, method, *args, **kw)
+
+    monkeypatch.setattr(cells, "run_cell", recording)
+    ablations.main(["--preset", "tiny", "--which", "K", "--values", "2,3", "--methods",
+                    "traversal", "--repeats", "2", "--out", str(tmp_path)])
+    once = [("ar", 1), ("traversal", 2), ("traversal", 3)]
+    assert order == once + once
+
+
 def test_ablation_marks_sr_cells_from_another_session(fake_runs, tmp_path, monkeypatch):
     """A resumed ablation reuses AR and K = 1 from the first session; the K = 2 cells measured
     after it divide by that AR, so their SR is marked, and only theirs."""
