@@ -47,6 +47,7 @@ from paper_repro.table1 import (  # noqa: E402
     ceiling_stat,
     ci,
     estimate,
+    gain_stat,
     header,
     lossless_verdict,
     one_machine,
@@ -122,6 +123,50 @@ def summarize(which: str, base: Setting, by_value: dict) -> list[dict]:
                 row["other_session"] = cell["session"] != cells.get((d, "ar"), cell)["session"]
             out.append(row)
     return out
+
+
+def paired_gains(which: str, base: Setting, by_value: dict) -> list[dict]:
+    """BE at each swept value over BE at the first, paired (the same prompts and resamples).
+
+    Once over all prompts, and once over the prompts that made more than the fewest target
+    calls under both values: on a prompt at the ceiling under either value the token budget,
+    not the method, decides the BE, so a tie there says nothing about the swept parameter."""
+    d = base.datasets[0]
+    first, *rest = by_value
+    out = []
+    for name in dict.fromkeys(n for (_, n) in by_value[first] if n != "ar"):
+        a = by_value[first]
+        for v in rest:
+            b = by_value[v]
+            if (d, name) not in b:
+                continue
+            free = [pa["target_calls"] > pa["min_calls"] and pb["target_calls"] > pb["min_calls"]
+                    for pa, pb in zip(a[d, name]["prompts"], b[d, name]["prompts"], strict=True)]
+            row = dict(method=name, value=v, base=first, n=len(free), n_below=sum(free),
+                       all=estimate(gain_stat(be_stat(b, [d], name), be_stat(a, [d], name)),
+                                    b, [d], name))
+            if sum(free) >= 2:
+                sa, sb = ({(d, name): dict(c[d, name], prompts=[p for p, f in zip(
+                    c[d, name]["prompts"], free, strict=True) if f])} for c in (a, b))
+                row["below"] = estimate(gain_stat(be_stat(sb, [d], name),
+                                                  be_stat(sa, [d], name)), sb, [d], name)
+            out.append(row)
+    return out
+
+
+def gains_lines(which: str, gains: list[dict]) -> list[str]:
+    if not gains:
+        return []
+    lines = ["", f"Paired BE gain over {which} = {gains[0]['base']} (%, 95 % CI, the same "
+             "prompts and resamples; significant only when the interval excludes 0):", "",
+             "| method | value | all prompts | prompts below the ceiling under both |",
+             "|---|---|---|---|"]
+    for g in gains:
+        below = (f"{ci(g['below'], 1, pct=True)} ({g['n_below']} of {g['n']})" if "below" in g
+                 else f"— ({g['n_below']} of {g['n']} prompts)")
+        lines.append(f"| {g['method']} | {which} = {g['value']} | {ci(g['all'], 1, pct=True)} "
+                     f"({g['n']} prompts) | {below} |")
+    return lines
 
 
 def markdown_table(which: str, rows: list[dict], values) -> list[str]:
@@ -207,7 +252,8 @@ def main(argv=None) -> dict:
              "T": "BE vs temperature T"}[args.which]
     command = f"python -m paper_repro.ablations --preset {args.preset} --which {args.which}"
     command += "".join(f" {a}" for a in (sys.argv[1:] if argv is None else argv)
-                       if a not in ("--preset", args.preset, "--which", args.which))
+                       if a not in ("--preset", args.preset, "--which", args.which,
+                                    "--render-only"))  # the command that measures these cells
     md = header(f"Ablation: {title}", command, base, unique, time.perf_counter() - start)
     fixed = {"K": "L = {L}, T = {T}", "L": "K = {K} for multi-draft rows, T = {T}",
              "T": "K = {K} for multi-draft rows, L = {L}"}[args.which]
@@ -221,6 +267,8 @@ def main(argv=None) -> dict:
               "prompts that did."
               if args.which != "T" else "BE only (no AR cells)."), ""]
     md += markdown_table(args.which, rows, values)
+    gains = paired_gains(args.which, base, by_value)
+    md += gains_lines(args.which, gains)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"ablation_{args.which}_{args.preset}"
     md += ["", f"![{title}]({stem.name}.png)"]
@@ -229,6 +277,7 @@ def main(argv=None) -> dict:
            f"{title}: {base.models}, {base.n} prompts x {base.max_new_tokens} tokens "
            f"({args.preset})")
     result = dict(which=args.which, preset=args.preset, values=list(values), rows=rows,
+                  gains=gains,
                   markdown=str(stem.with_suffix(".md")), figure=str(stem.with_suffix(".png")))
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"ablation {args.which}: {len(unique)} cells -> {stem}.md/.png "

@@ -169,6 +169,17 @@ def fake_runs(monkeypatch):
                                                     ["x"] * setting.n))
 
 
+def _tables(md: str) -> list[list[str]]:
+    """The rows of each Markdown table in ``md`` (separator rows dropped), in order."""
+    tables, current = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            current += [line] if line.startswith("| ") else []
+        elif current:
+            tables, current = tables + [current], []
+    return tables
+
+
 @pytest.mark.parametrize("which", ["K", "L", "T"])
 def test_ablation_tables_and_figures(which, fake_runs, tmp_path):
     res = ablations.main(["--preset", "tiny", "--which", which, "--out", str(tmp_path)])
@@ -177,8 +188,9 @@ def test_ablation_tables_and_figures(which, fake_runs, tmp_path):
     assert len(res["rows"]) == n_methods * len(grid)
     assert all(("SR" in r) == (which != "T") for r in res["rows"])
     md = (tmp_path / f"ablation_{which}_tiny.md").read_text()
-    table = [line for line in md.splitlines() if line.startswith("| ")]
+    table, gains = _tables(md)
     assert len(table) == 1 + n_methods and table[0].count("|") == len(grid) + 2
+    assert len(gains) == 1 + n_methods * (len(grid) - 1) == 1 + len(res["gains"])
     png = (tmp_path / f"ablation_{which}_tiny.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     for _, (p, lo, hi) in _ci_triples(res["rows"]):
@@ -212,8 +224,8 @@ def test_ablation_marks_sr_cells_from_another_session(fake_runs, tmp_path, monke
     res = ablations.main(["--preset", "tiny", "--which", "K", "--values", "1,2",
                           "--out", str(tmp_path)])
     assert {r["value"] for r in res["rows"] if r["other_session"]} == {2}
-    table = [line for line in (tmp_path / "ablation_K_tiny.md").read_text().splitlines()
-             if line.startswith("| ") and "K = 1" not in line]
+    table = [line for line in _tables((tmp_path / "ablation_K_tiny.md").read_text())[0]
+             if "K = 1" not in line]
     assert all(row.split(" | ")[1].count("†") == 0 and row.split(" | ")[2].count("†") == 1
                for row in table), table
 
@@ -238,8 +250,8 @@ def test_a_cell_from_another_machine_is_neither_extended_nor_divided(fake_runs, 
     monkeypatch.setattr(cells.hardware, "describe", lambda: "CPU: a third machine")
     res = ablations.main(base + ["--values", "1,2", "--repeats", "1"])
     assert {r["value"] for r in res["rows"] if "SR" in r} == {1}
-    table = [line for line in (tmp_path / "ablation_K_tiny.md").read_text().splitlines()
-             if line.startswith("| ") and "K = 1" not in line]
+    table = [line for line in _tables((tmp_path / "ablation_K_tiny.md").read_text())[0]
+             if "K = 1" not in line]
     assert all("SR — ‡" in row.split(" | ")[2] and "‡" not in row.split(" | ")[1]
                for row in table), table
     monkeypatch.setattr(cells, "run_cell", lambda *a, **k: pytest.fail("render-only ran a cell"))
@@ -327,3 +339,22 @@ def test_ablation_tiny_for_real(which, tmp_path):
 def test_repo_table_tiny_for_real(tmp_path):
     res = table_repo.main(["--preset", "tiny", "--out", str(tmp_path)])
     assert [r["method"] for r in res["rows"]] == TABLE1_ROWS
+
+
+def test_paired_gains_compare_the_same_prompts_and_drop_those_at_the_ceiling():
+    """The gain is BE(value) / BE(first) - 1 over the same prompts; the second column keeps
+    only the prompts that made more than the fewest calls under both values."""
+    def cell(calls, min_calls, tokens):
+        return {"K": 5, "hardware": "m", "session": "s", "prompts": [
+            dict(new_tokens=t, target_calls=c, min_calls=m, seconds=1.0)
+            for c, m, t in zip(calls, min_calls, tokens, strict=True)]}
+
+    tokens = [100, 100, 100, 100]
+    a = {("humaneval", "traversal"): cell([10, 20, 25, 7], [7, 7, 7, 7], tokens)}
+    b = {("humaneval", "traversal"): cell([7, 16, 20, 7], [7, 7, 7, 7], tokens)}
+    base = ablations.PRESETS["tiny"]
+    (g,) = ablations.paired_gains("K", base, {5: a, 7: b})
+    assert (g["value"], g["base"], g["n"], g["n_below"]) == (7, 5, 4, 2)
+    assert g["all"][0] == pytest.approx(100 * ((400 / 50) / (400 / 62) - 1))
+    assert g["below"][0] == pytest.approx(100 * ((200 / 36) / (200 / 45) - 1))
+    assert g["below"][1] <= g["below"][0] <= g["below"][2]
