@@ -163,7 +163,9 @@ MUTANT_ROWS = (("token", 1), ("specinfer", 3))
 # itself (the early-exit drafter at every layer, so q = p up to float rounding). At q = p and
 # K = 3, L = 2 the exact checker puts the two-token TV of spectr_gbv at 0.06-0.10 on peaked
 # small laws (and 0 on a flat one), above the ~0.034 that 20,000 samples detect 4 times in 5.
-SELF_ROWS = (("spectr_gbv", 3),)
+# The lossless specinfer on the same drafts is the control: if it failed too, the self-drafter,
+# not the verifier, would be what the row measures.
+SELF_ROWS = (("spectr_gbv", 3), ("specinfer", 3))
 SELF = "target as drafter (q = p)"
 
 

@@ -38,7 +38,7 @@ def test_lossless_row_passes_and_misreporting_drafter_fails(tiny):
     """False-positive rate ALPHA per row; the misreporting drafter moves the law by TV ~0.3."""
     results = audit(tiny, [PROMPT], verifiers=["specinfer"], drafters=("early_exit",), Ks=(3,),
                     samples=1000, exit_layers=1, batch=1000, mutant_rows=(("specinfer", 3),),
-                    log=lambda *_: None)
+                    self_rows=(), log=lambda *_: None)
     bad, real = results  # the first misreporting row runs first (``rows``)
     assert real["drafter"] == "early_exit" and real["fit"].passes(ALPHA), real
     assert bad["drafter"].endswith("misreports q") and not bad["fit"].passes(ALPHA), bad
