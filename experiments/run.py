@@ -22,8 +22,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from experiments.config_tree import config_dir
 from experiments.validate import (
-    CONFIG_DIR,
     ConfigError,
     check_config,
     check_group_overrides,
@@ -31,7 +31,7 @@ from experiments.validate import (
     check_pairing,
     verifier_name,
 )
-from specjax.results import print_table, read_summary, write_results
+from specjax.eval.results import print_table, read_summary, write_results
 
 EXIT_INVALID = 2
 
@@ -50,7 +50,7 @@ def _instantiate(cfg: DictConfig):
     """The cheap checks: config fields, then the objects they make (no model loaded yet)."""
     check_config(cfg)
     verifier = instantiate(cfg.verifier)
-    # L=auto: a placeholder L until the probe has measured (``specjax.auto_lookahead``).
+    # L=auto: a placeholder L until the probe has measured (``specjax.tuning.lookahead``).
     drafter = instantiate(cfg.drafter, **({"L": 1} if cfg.drafter.get("L") == "auto" else {}))
     sampling = instantiate(cfg.sampling)
     dataset = instantiate(cfg.dataset)
@@ -97,12 +97,12 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                    console: Console | None = None) -> dict[str, Any]:
     """Run one config into ``run_dir``; return the summary (the stored one when resumed)."""
     import specjax
-    from specjax.metrics import regime, speedup
+    from specjax.eval.metrics import regime, speedup
 
     console = console or Console()
     run_dir = Path(run_dir)
     drafter, verifier, sampling, dataset = _instantiate(cfg)
-    from specjax import parallel
+    from specjax.decode import parallel
 
     mesh = parallel.make_mesh(**{k: cfg.mesh[k] for k in ("data", "model")}) if cfg.get(
         "mesh") else None
@@ -113,7 +113,7 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         print_table(done, console)
         return done
     if cfg.get("compile_cache", True):
-        from specjax import compile_cache
+        from specjax.platform import compile_cache
 
         compile_cache.enable()
     target, draft = _load_models(cfg, drafter)
@@ -124,7 +124,7 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     if cfg.drafter.get("L") == "auto":
         import dataclasses
 
-        from specjax.auto_lookahead import choose_lookahead
+        from specjax.tuning.lookahead import choose_lookahead
 
         L, auto = choose_lookahead(target, draft, drafter, texts, verifier=verifier,
                                    sampling=sampling, seed=cfg.seed)
@@ -168,7 +168,7 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     write_results(run_dir, rows, summary)
     print_table(summary, console)
     if "time_breakdown" in spec.summary:
-        from specjax.breakdown import format_breakdown
+        from specjax.decode.breakdown import format_breakdown
 
         console.print("time breakdown, " + format_breakdown(spec.summary["time_breakdown"]))
 
@@ -184,11 +184,11 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
 
 
 # An absolute path: relative ones resolve differently under `python -m` and the console script.
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")
 def _hydra_main(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        from specjax.parallel import initialize_distributed
+        from specjax.decode.parallel import initialize_distributed
 
         initialize_distributed()  # one process of many (SLURM / JAX_* env): join them first
         run_experiment(cfg, run_dir)

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import importlib
 import numbers
-from pathlib import Path
 
 from omegaconf import DictConfig
 
-#: The Hydra config tree, package data of ``experiments`` (``experiments/configs``, a link to the
-#: repository's ``configs/``; a wheel holds the files themselves), so an installed copy finds it.
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+from experiments.config_tree import group_options
+
 GROUPS = ("model", "drafter", "verifier", "sampling", "dataset", "logger", "experiment",
           "mesh")
 
@@ -29,11 +27,6 @@ class ConfigError(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
-
-
-def group_options(group: str) -> list[str]:
-    """The YAML files of a config group: the values ``group=...`` accepts."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
 
 
 def check_group_overrides(args: list[str]) -> None:
@@ -126,7 +119,7 @@ def check_config(cfg: DictConfig) -> None:
     if draft_weights not in (None, "float32") and str(cfg.model.get("draft")).startswith("toy"):
         raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
                           "the GGUF models; the toy models are exact float tables")
-    from specjax.data import SUITES
+    from specjax.prompts import SUITES
 
     if cfg.dataset.suite not in SUITES:
         raise ConfigError("dataset.suite",
@@ -140,31 +133,26 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def check_verifier_available(cfg: DictConfig) -> None:
-    """The verifier's ``_target_`` must be a registered verifier whose module exists."""
-    from algorithms.verifiers import _REGISTRY, list_verifiers
+    """The verifier's ``_target_`` must be a registered verifier, or a class that imports (a
+    user's own verifier not registered yet)."""
+    from algorithms.verifiers import list_verifiers, verifier_target
 
     target = _get(cfg, "verifier._target_")
-    by_path = {path.replace(":", "."): name for name, path in _REGISTRY.items()}
-    name = by_path.get(target)
-    allowed = ", ".join(list_verifiers())
-    if name is None:
-        try:  # a user's own verifier class that is not (yet) in the registry
-            module, cls = target.rsplit(".", 1)
-            getattr(importlib.import_module(module), cls)
-        except (ImportError, AttributeError, ValueError):
-            raise ConfigError("verifier", f"cannot import {target!r}; registered verifiers: "
-                                          f"{allowed}") from None
-    elif name not in list_verifiers():
-        raise ConfigError("verifier", f"{name!r} is not implemented in this checkout; "
-                                      f"allowed: {allowed}")
+    if target in {verifier_target(n) for n in list_verifiers()}:
+        return
+    try:
+        module, cls = target.rsplit(".", 1)
+        getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError, ValueError):
+        raise ConfigError("verifier", f"cannot import {target!r}; registered verifiers: "
+                                      f"{', '.join(list_verifiers())}") from None
 
 
 def verifier_name(verifier) -> str:
     """Registry name of a verifier instance (its class name when unregistered)."""
-    from algorithms.verifiers import _REGISTRY
+    from algorithms.verifiers import name_of
 
-    path = f"{type(verifier).__module__}:{type(verifier).__name__}"
-    return next((n for n, p in _REGISTRY.items() if p == path), type(verifier).__name__)
+    return name_of(verifier) or type(verifier).__name__
 
 
 def check_pairing(cfg: DictConfig, drafter, verifier) -> None:

@@ -134,7 +134,7 @@ def g_test(counts: Counter, law: ExactLaw, n: int) -> tuple[float, int, float, i
 def sample_pairs(target, drafter, verifier, prompt, n: int, seed: int, batch: int) -> Counter:
     """Counts of the first two tokens over n speculative runs (one row per run)."""
     import specjax
-    from specjax.sampling import Sampling
+    from specjax.models.sampling import Sampling
 
     rows_per_call = -(-n // -(-n // batch))  # equal batches: no call pays for padding rows
     res = specjax.generate(target, [list(prompt)] * n, drafter=drafter, verifier=verifier,

@@ -10,7 +10,7 @@ The autoregressive cell of a dataset is measured in the same session as its spec
 Per prompt a cell keeps the counters BE, SR and the gap to optimum are built from: generated
 tokens, target calls (loop steps), accepted draft tokens, acceptance at every draft position
 (``accepted_per_position``), steps whose first draft token was accepted and the sum of the
-step-wise optimal acceptance alpha* (``specjax.root_bound.RootBoundProbe``), and the fewest
+step-wise optimal acceptance alpha* (``specjax.eval.root_bound.RootBoundProbe``), and the fewest
 target calls its tokens allow (ceil(tokens / (L + 1)): a prompt at that ceiling says nothing
 about how much longer the drafts could have been).
 
@@ -43,13 +43,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from experiments.validate import CONFIG_DIR  # the package's config tree, as specjax-run's
-from specjax import hardware, provenance
+from experiments.config_tree import config_dir  # the config tree specjax-run composes
+from specjax.platform import hardware, provenance
 
 RESULTS = Path(__file__).parent / "results"
 SESSION = uuid.uuid4().hex[:12]  # one per process: which cells were measured together
 
-#: Display names of the datasets (EAGLE 80-prompt suites, ``specjax.data``).
+#: Display names of the datasets (EAGLE 80-prompt suites, ``specjax.prompts``).
 DATASETS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "alpaca": "Alpaca", "mt_bench": "MT-Bench"}
 #: Table 1's multi-draft verifiers (K = setting.K); the rest run with K = 1.
 MULTI_DRAFT = ("specinfer", "spectr", "spectr_gbv", "multipath_block", "traversal")
@@ -88,7 +88,7 @@ class Setting:
 
     @property
     def regime(self) -> str:
-        from specjax.metrics import regime
+        from specjax.eval.metrics import regime
 
         return regime(self.batch_size, None if self.batch_size else self.n)
 
@@ -133,7 +133,7 @@ def select(methods: list[Method], names: str | None) -> list[Method]:
 
 def model_names(models: str) -> tuple[str, str]:
     """(target, draft) from ``configs/model/<models>.yaml`` (the Hydra group the CLI uses)."""
-    cfg = OmegaConf.load(CONFIG_DIR / "model" / f"{models}.yaml")
+    cfg = OmegaConf.load(config_dir() / "model" / f"{models}.yaml")
     return str(cfg.target), str(cfg.draft)
 
 
@@ -154,9 +154,9 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
 
     Real pairs: the first n prompts of the EAGLE suite, in the target's chat template. The toy
     pair cannot read text, so dataset number d stands in with toy prompts d*n .. d*n + n - 1
-    (disjoint slices of ``specjax.data``'s toy suite, raw token ids, no template).
+    (disjoint slices of ``specjax.prompts``'s toy suite, raw token ids, no template).
     """
-    from specjax.data import PromptSuite, load_prompts
+    from specjax.prompts import PromptSuite, load_prompts
 
     if setting.toy:
         d = setting.datasets.index(dataset)
@@ -258,7 +258,7 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
     """Decode ``texts`` with one method once; per-prompt counters and timings as plain JSON."""
     import specjax
     from algorithms.verifiers import get_verifier
-    from specjax.root_bound import RootBoundProbe
+    from specjax.eval.root_bound import RootBoundProbe
 
     kw = {}
     L = 1
@@ -352,7 +352,7 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
         return {k: store.get(key) for k, key in keys.items()}, store
     models = Models(setting)
     if todo and not setting.toy:
-        from specjax import compile_cache
+        from specjax.platform import compile_cache
 
         compile_cache.enable()
     capacity, api.MAX_COMPILED = api.MAX_COMPILED, max(api.MAX_COMPILED, len(methods) + 1)

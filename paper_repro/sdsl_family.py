@@ -39,7 +39,7 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "sdsl_family.md"
 
 def collect(target_name: str, cache_dir=None) -> list[dict]:
     """One record per family shape (its latest finished run) for the target."""
-    from specjax import runs
+    from specjax.drafters import runs
 
     latest: dict[tuple, tuple[float, dict]] = {}
     for path in runs.kind_root("family", target_name, cache_dir).glob("*/final.json"):

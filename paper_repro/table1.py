@@ -10,13 +10,13 @@ Rows: AR, SD (``token``), GBV (``greedy_block``) and ``block`` with one draft, t
 drafts. Columns: HumanEval, GSM8K and Alpaca (the EAGLE 80-prompt suites), each with block
 efficiency BE (generated tokens per target call) and speedup SR (throughput over AR measured in
 the same run on the same prompts), both with a 95 % paired percentile bootstrap CI over prompts
-(``specjax.bootstrap``). Pair: Qwen2.5-Coder 1.5B-Instruct target, 0.5B-Instruct draft
+(``specjax.eval.bootstrap``). Pair: Qwen2.5-Coder 1.5B-Instruct target, 0.5B-Instruct draft
 (``configs/model/qwen-coder.yaml``); K = 3, L = 8, T = 0.4, as in the paper.
 
 Also written: the ``lossless`` column (the class's claim and the exact checker's verdict),
 SpecTr-GBV's relative gains beside the paper's, and the gap to the optimum (each verifier's
 first-token acceptance as a fraction of Hu et al.'s optimum alpha*, summed step by step at the
-real vocabulary, ``specjax.root_bound``). Outputs: ``<out>/table1_<preset>.md`` and ``.json``;
+real vocabulary, ``specjax.eval.root_bound``). Outputs: ``<out>/table1_<preset>.md`` and ``.json``;
 the measured cells in ``<out>/runs/table1_<preset>/cells.jsonl`` (rerunning resumes).
 """
 
@@ -44,7 +44,7 @@ from paper_repro.cells import (
     table1_methods,
     with_overrides,
 )
-from specjax import bootstrap
+from specjax.eval import bootstrap
 
 PAPER_SETTING = dict(K=3, L=8, temperature=0.4)
 TRIO = ("humaneval", "gsm8k", "alpaca")
@@ -301,7 +301,7 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
                  "marks a cell whose AR baseline came from another session). The tokens of "
                  "every repeat equal the first's (checked).")
         cis = ("- **CIs:** 95 % percentile bootstrap over prompts *and* timing repeats, "
-               f"{bootstrap.RESAMPLES} resamples (seeded, `specjax/bootstrap.py`): each resample "
+               f"{bootstrap.RESAMPLES} resamples (seeded, `specjax.eval.bootstrap`): each resample "
                "draws the prompts (within each dataset) and the repeats with replacement, the "
                "same draws for every method (paired); a prompt's seconds are its mean over the "
                "drawn repeats. So the SR interval holds the repeat-to-repeat timing spread as "
@@ -313,7 +313,7 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
                  "its slowest row ends; per-prompt seconds = the batch's time split by loop "
                  f"steps. Timed {R} time(s), interleaved as in the latency tables.")
         cis = ("- **CIs:** 95 % percentile bootstrap over prompts and timing repeats, "
-               f"{bootstrap.RESAMPLES} resamples (seeded, `specjax/bootstrap.py`), paired across "
+               f"{bootstrap.RESAMPLES} resamples (seeded, `specjax.eval.bootstrap`), paired across "
                "methods.")
     return [
         f"# {title}", "",
@@ -451,7 +451,7 @@ def gap_table(table_rows: list[dict], setting: Setting) -> list[str]:
     lines = ["", "## Gap to the optimum (first draft token)", "",
              "Per step: alpha* = Hu et al.'s optimal first-token acceptance for that step's "
              "(p, q, K) at the real vocabulary, min_T p(T) + 1 - q(T)^K "
-             "(`algorithms/exact/bounds.py`, summed in the loop by `specjax.root_bound`); "
+             "(`algorithms/exact/bounds.py`, summed in the loop by `specjax.eval.root_bound`); "
              "accepted = 1 when the verifier accepted the first draft token (tau >= 1). "
              "Fraction = sum accepted / sum alpha* over all steps (95 % CI over prompts). A "
              "lossless verifier's fraction is at most 1 in expectation; above 1 is only possible "
@@ -477,7 +477,8 @@ def timing_table(cells: dict, setting: Setting, methods: list[Method]) -> list[s
     lines = ["", "## Cells", "",
              "Per cell: target calls, decode seconds summed over the timing repeats, the time "
              "breakdown of one loop step (ms: draft / tree / verify / other, "
-             "`specjax.breakdown`, at the cell's shapes, once per method), commit and machine.",
+             "`specjax.decode.breakdown`, at the cell's shapes, once per method), commit and "
+             "machine.",
              "", "| dataset | method | K | prompts | tokens | target calls | repeats | compile s | "
              "decode s | step ms: draft / tree / verify / other | commit | machine | finished |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -2,7 +2,7 @@
 
 from specjax.api import GenerationResult, generate
 from specjax.models.loader import LoadedModel
+from specjax.models.sampling import Sampling
 from specjax.registry import load_model
-from specjax.sampling import Sampling
 
 __all__ = ["GenerationResult", "LoadedModel", "Sampling", "generate", "load_model"]

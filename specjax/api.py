@@ -17,9 +17,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from specjax.engine import DecodeLoop
-from specjax.metrics import per_prompt_metrics, summarize
-from specjax.sampling import Sampling
+from specjax.decode.engine import DecodeLoop
+from specjax.eval.metrics import per_prompt_metrics, summarize
+from specjax.models.sampling import Sampling
 
 #: (loop, batch, pad, options) -> compiled executable, reused across calls; the least recently
 #: used are dropped beyond ``MAX_COMPILED``. Each XLA:CPU executable holds thousands of memory
@@ -110,7 +110,7 @@ def _check_lengths(ids: list[list[int]], max_new_tokens: int, models) -> None:
 
 def _raise_nonfinite(counters: dict, n_prompts: int) -> None:
     """The loop stopped a sequence whose laws were NaN/inf (nothing was sampled from them)."""
-    from specjax.engine import NONFINITE_DRAFT
+    from specjax.decode.engine import NONFINITE_DRAFT
 
     bad = np.flatnonzero(counters["nonfinite"][:n_prompts])
     if bad.size:
@@ -133,16 +133,16 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
     speed for compile time in tests); results do not depend on them. The default is XLA's own
-    (on CPU: YNNPACK for dots), which ``experiments/benchmarks/decode_speed.py`` measures faster
+    (on CPU: YNNPACK for dots), which ``benchmarks/decode_speed.py`` measures faster
     than Eigen for prefill, tree scoring and one-row decode.
 
-    ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.breakdown``): ms per step
-    spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
+    ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.decode.breakdown``): ms per
+    step spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
 
     Output depends only on (models, prompt, its index, settings, seed), not on the batching:
     prompt i uses the key ``fold_in(key(seed), i)``.
 
-    ``mesh`` (``specjax.parallel.make_mesh``; None = one device) splits each batch over its
+    ``mesh`` (``specjax.decode.parallel.make_mesh``; None = one device) splits each batch over its
     ``data`` axis (padded with finished rows to a multiple of it) and the target's heads and MLP
     columns over its ``model`` axis; the loop is still one jitted call, and the tokens and
     counters are those of one device.
@@ -174,7 +174,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     pad = -(-max(len(p) for p in ids) // 8) * 8  # round up: fewer recompiles across calls
     rows = B  # per call; a mesh's data axis needs a multiple of its size (padding rows are done)
     if mesh is not None:
-        from specjax import parallel
+        from specjax.decode import parallel
 
         parallel.check_tensor_parallel(getattr(target.model, "config", None), mesh.shape["model"])
         rows = -(-B // mesh.shape["data"]) * mesh.shape["data"]
@@ -251,7 +251,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
         per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
     summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
     if breakdown:
-        from specjax.breakdown import time_breakdown
+        from specjax.decode.breakdown import time_breakdown
 
         if progress:
             print("specjax: timing draft / tree / verify parts at this run's shapes ...",

@@ -3,7 +3,8 @@ import os
 # Tests run on CPU; W&B never reaches the network from a test.
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# specjax-run keeps compiled loops on disk (specjax.compile_cache); tests compile their own.
+# specjax-run keeps compiled loops on disk (specjax.platform.compile_cache); tests compile
+# their own.
 os.environ["SPECJAX_COMPILE_CACHE"] = "0"
 
 # The default suite is compile-bound: most tests jit a fresh decode loop or vmapped verifier and

@@ -39,6 +39,7 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 # A finite stand-in for log(0) and log(inf) in the running log ratio: exp(-_BIG) == 0 in float32
 # and float64, and +_BIG lifts S_i above every earlier maximum, i.e. w_i = 1 (min(w * inf, 1)).
@@ -80,6 +81,7 @@ def block_acceptance(w: Float[Array, " L"], q: Float[Array, "L V"],
     return jnp.concatenate([jnp.minimum(h_mid, 1.0), w[-1:]])
 
 
+@register("block", exact_law="algorithms.exact.block:block_law")
 @dataclass(frozen=True, kw_only=True)
 class BlockVerifier:
     lossless: ClassVar[bool] = True

@@ -46,6 +46,7 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 # Finite stand-in for log(0) / log(inf) in the running log ratio (exp(-_BIG) == 0); the ratio
 # itself is capped at exp(_LOG_CAP) so r * T cannot overflow float32 (only terms with
@@ -84,6 +85,7 @@ def follow(omega: Float[Array, " M"], active: Array, q_x: Float[Array, ""],
     return jnp.where(active, omega * ratio, omega)
 
 
+@register("greedy_block", exact_law="algorithms.exact.greedy_block:greedy_block_law")
 @dataclass(frozen=True, kw_only=True)
 class GreedyBlockVerifier:
     fixup: bool = True

@@ -45,9 +45,11 @@ from algorithms.verifiers.base import (
     validate_inputs,
 )
 from algorithms.verifiers.block import block_acceptance, block_weights
+from algorithms.verifiers.registry import register
 from algorithms.verifiers.specinfer import SpecInferVerifier
 
 
+@register("greedy_draft", exact_law="algorithms.exact.greedy_draft:greedy_draft_law")
 @dataclass(frozen=True, kw_only=True)
 class GreedyDraftVerifier:
     lossless: ClassVar[bool] = True

@@ -51,6 +51,7 @@ from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import Verdict, emit, sample, validate_inputs
 from algorithms.verifiers.block import _BIG, block_weights
+from algorithms.verifiers.registry import register
 
 VARIANTS = ("released", "simulation")
 
@@ -65,6 +66,7 @@ def joint_log_ratios(p_x: Float[Array, " L"], q_x: Float[Array, " L"]) -> Float[
     return jnp.cumsum(log_ratio)
 
 
+@register("hsd", exact_law="algorithms.exact.hsd:hsd_law")
 @dataclass(frozen=True, kw_only=True)
 class HSDVerifier:
     variant: str = "released"

@@ -42,6 +42,7 @@ from jax import lax
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from algorithms.verifiers.base import Verdict, emit, safe_ratio, sample, validate_inputs
+from algorithms.verifiers.registry import register
 
 #: Low bits of the packed sort operand that hold the token id: vocabularies up to 2^18 = 262,144
 #: (Qwen2's 151,936) sort as one uint32; larger ones sort a (key, id) pair, same order.
@@ -90,6 +91,7 @@ def preferred_token(key: UInt32[Array, " V"], tokens: Int[Array, " K"],
     return jnp.max(jnp.where(best, tokens, -1)).astype(jnp.int32)
 
 
+@register("importance", exact_law="algorithms.exact.importance:importance_law")
 @dataclass(frozen=True, kw_only=True)
 class ImportanceSamplingVerifier:
     lossless: ClassVar[bool] = True

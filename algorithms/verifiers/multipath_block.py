@@ -45,6 +45,7 @@ from algorithms.verifiers.base import (
     validate_inputs,
 )
 from algorithms.verifiers.block import block_acceptance, block_weights
+from algorithms.verifiers.registry import register
 
 ORDERS = ("band", "ratio", "target")
 BANDS = (1.0,)  # band edges of p/q (p >= c q); more bands cost one prefix sum each
@@ -151,6 +152,7 @@ def skewed_draft_law(x: Int[Array, " L"], q: Float[Array, "L V"], key: Float[Arr
     return jnp.where(den > 0, q * pow_diff(a, b) / jnp.where(den > 0, den, 1.0), q)
 
 
+@register("multipath_block", exact_law="algorithms.exact.multipath_block:multipath_block_law")
 @dataclass(frozen=True, kw_only=True)
 class MultiPathBlockVerifier:
     order: str = "band"

@@ -60,8 +60,10 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 
+@register("specinfer", exact_law="algorithms.exact.specinfer:specinfer_law")
 @dataclass(frozen=True, kw_only=True)
 class SpecInferVerifier:
     lossless: ClassVar[bool] = True

@@ -53,6 +53,7 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 
 def kseq_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], rho, k):
@@ -77,6 +78,7 @@ def kseq_rho(p: Float[Array, " V"], q: Float[Array, " V"], k, steps: int) -> Arr
     return hi
 
 
+@register("spectr", exact_law="algorithms.exact.spectr:spectr_law")
 @dataclass(frozen=True, kw_only=True)
 class SpecTrVerifier:
     bisection_steps: int = 40

@@ -41,6 +41,7 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 RESIDUALS = ("released", "deficit")
 
@@ -103,6 +104,7 @@ def acceptance(drafts: Int[Array, "K L"], q: Float[Array, "K L V"], p: Float[Arr
     return jnp.concatenate([h_sub, h_full], axis=1), log_p, log_q
 
 
+@register("spectr_gbv", exact_law="algorithms.exact.spectr_gbv:spectr_gbv_law")
 @dataclass(frozen=True, kw_only=True)
 class SpecTrGBVVerifier:
     residual: str = "released"

@@ -33,8 +33,10 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 
+@register("token", exact_law="algorithms.exact.token:token_law")
 @dataclass(frozen=True, kw_only=True)
 class TokenVerifier:
     lossless: ClassVar[bool] = True

@@ -42,6 +42,7 @@ from algorithms.verifiers.base import (
     sample,
     validate_inputs,
 )
+from algorithms.verifiers.registry import register
 
 
 def merge_prefixes(drafts: Int[Array, "K L"]) -> Int[Array, "K L+1"]:
@@ -68,6 +69,7 @@ def post_order(canon: Int[Array, "K L+1"]) -> Int[Array, " KL"]:
     return jnp.lexsort(tuple(key[:, j] for j in reversed(range(L)))).astype(jnp.int32)
 
 
+@register("traversal", exact_law="algorithms.exact.traversal:traversal_law")
 @dataclass(frozen=True, kw_only=True)
 class TraversalVerifier:
     lossless: ClassVar[bool] = True

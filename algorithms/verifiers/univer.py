@@ -70,6 +70,7 @@ from algorithms.verifiers.base import (
     validate_inputs,
 )
 from algorithms.verifiers.multipath_block import exclusive_cumsum
+from algorithms.verifiers.registry import register
 
 ORDERS = ("band", "ratio")
 EDGES = (0.5, 1.0, 2.0)  # band edges of p/q; each edge costs one prefix sum per level
@@ -104,6 +105,7 @@ def node_order(p: Float[Array, " V"], q: Float[Array, " V"], order: str) -> Node
     return NodeOrder(pos, F, jnp.log(G), jnp.log1p(-jnp.where(has, q / G, 0.0)))
 
 
+@register("univer", exact_law="algorithms.exact.univer:univer_law")
 @dataclass(frozen=True, kw_only=True)
 class UniVerVerifier:
     order: str = "band"

@@ -1,7 +1,7 @@
 """The drafter contract the decode loop calls (one sequence; the engine vmaps over the batch).
 
 A drafter proposes K blocks of L tokens AND the laws q they were actually sampled from, after the
-same sampling transform as the target (``specjax.sampling``). Reporting any other q silently
+same sampling transform as the target (``specjax.models.sampling``). Reporting any other q silently
 breaks losslessness (Leviathan et al. 2023, Thm 3.5 assumes x ~ q), which is why the engine's
 Monte Carlo test includes a drafter that lies about q and must fail.
 
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import Verdict
-from specjax.sampling import Sampling
+from specjax.models.sampling import Sampling
 
 PyTree = Any
 

@@ -35,7 +35,7 @@ from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import STOPPED, Verdict, sample
 from specjax.drafters.model import ModelDrafter
-from specjax.sampling import Sampling
+from specjax.models.sampling import Sampling
 
 
 def draft_confidence(logits: Float[Array, "K V"], x: Int[Array, " K"]) -> Float[Array, " K"]:

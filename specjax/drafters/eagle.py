@@ -37,7 +37,7 @@ from algorithms.verifiers.base import Verdict, sample
 from specjax.drafters.trained import TargetReadout, TrainedHead, layer_weights
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder, KVCache
-from specjax.sampling import Sampling
+from specjax.models.sampling import Sampling
 
 
 class EagleHead(nnx.Module):

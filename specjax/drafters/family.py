@@ -13,14 +13,14 @@ import re
 
 import numpy as np
 
-from specjax import runs
-from specjax.assets import fetch
+from specjax.drafters import runs
 from specjax.drafters.trained import layer_weights
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
 from specjax.models.loader import LoadedModel
 from specjax.models.tokenizer import GGUFTokenizer
 from specjax.models.toy import ToyLoaded
+from specjax.platform.assets import fetch
 
 NAME = re.compile(r"^family/(?P<target>[^/]+)/d(?P<d>\d+)-l(?P<l>\d+)$")
 

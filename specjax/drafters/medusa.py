@@ -27,7 +27,7 @@ from algorithms.verifiers.base import Verdict, sample
 from specjax.drafters.trained import TargetReadout, TrainedHead
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
-from specjax.sampling import Sampling
+from specjax.models.sampling import Sampling
 
 
 class MedusaHeads(nnx.Module):

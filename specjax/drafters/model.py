@@ -26,8 +26,8 @@ from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import IID, Verdict, sample
 from specjax.drafters.base import BlockShape
-from specjax.sampling import Sampling
-from specjax.tree import prefill
+from specjax.models.passes import prefill
+from specjax.models.sampling import Sampling
 
 
 def _check_vocab(name: str, target, draft) -> None:

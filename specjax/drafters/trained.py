@@ -3,7 +3,7 @@
 A ``TrainedHead`` drafter reads the target's features through a module ``specjax-train``
 trained; each kind says which module that is (``trainable``) and how drafting wraps it with
 the target's LM head (``for_drafting``). ``module`` finds the weights through
-``specjax.runs`` (the latest finished run for the target, or a run directory) or builds a
+``specjax.drafters.runs`` (the latest finished run for the target, or a run directory) or builds a
 random init; nothing here imports the trainer.
 """
 
@@ -19,7 +19,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import IID
-from specjax import runs
+from specjax.drafters import runs
 from specjax.drafters.base import BlockShape
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder

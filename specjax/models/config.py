@@ -1,9 +1,9 @@
 """Hyperparameters of the decoder family (Llama / Qwen2 / SmolLM), and tiny presets for tests.
 
-The field names are the canonical dict that the GGUF reader (``specjax.models.gguf.read_gguf``)
-produces, so a real model is ``ModelConfig(**hparams)``. Only what changes the computation is
-here; the tokenizer carries its own special ids, and ``bos_id``/``eos_ids`` are repeated for the
-engine's stop rule.
+The field names are the canonical dict that the GGUF reader
+(``specjax.models.gguf_weights.read_gguf``) produces, so a real model is ``ModelConfig(**hparams)``.
+Only what changes the computation is here; the tokenizer carries its own special ids, and
+``bos_id``/``eos_ids`` are repeated for the engine's stop rule.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ half-split ("NEOX") layout (Su et al. 2021, eq. 34 with the pairs (i, i + hd/2))
 attention (Ainslie et al. 2023), SwiGLU MLP (Shazeer 2020, eq. 6).
 
 Speed on XLA:CPU decides the layout (``docs/decoder.md``, re-measured in
-``experiments/benchmarks/decode_speed.py``):
+``benchmarks/decode_speed.py``):
 
 - **One array per layer and per weight, and a Python-unrolled layer loop.** A ``lax.scan`` over
   stacked weights makes XLA copy every layer's weight slice before its ``dot`` (about 3x the
@@ -32,7 +32,7 @@ import numpy as np
 from flax import nnx, struct
 from jaxtyping import Array, Bool, Float, Int
 
-from specjax import kernels
+from specjax.models import kernels
 from specjax.models.config import IMPLEMENTED_ARCHS, ModelConfig
 from specjax.models.layers import (
     FUSED,
@@ -59,7 +59,7 @@ from specjax.models.quant import (
 
 def _rows_times_embed(x: Float[Array, "R D"], embed: Float[Array, "V D"]) -> Float[Array, "R V"]:
     # XLA:CPU's Eigen path runs this contraction ~7x slower for 2..7 rows than for 8
-    # (experiments/benchmarks/decode_speed.py; 124-139 ms vs 19.5 ms at V=49,152): pad to 8.
+    # (benchmarks/decode_speed.py; 124-139 ms vs 19.5 ms at V=49,152): pad to 8.
     R = x.shape[0]
     pad = 8 - R if 2 <= R < 8 else 0
     out = jax.lax.dot_general(jnp.pad(x, ((0, pad), (0, 0))), embed, (((1,), (1,)), ((), ())))

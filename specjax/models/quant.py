@@ -4,8 +4,8 @@ Why weight-only: a decode step on CPU is bound by the bytes of weights it reads,
 them as int8 reads 4x fewer bytes, while keeping the activations in float32 keeps the target's
 law close to float32's. The branch that quantized the activations too (W8A8, ``int8 x int8``
 ``dot_general``, per-token scales) changed the greedy token on 2.3 % of positions; here only
-the weights are rounded. The product runs in ``specjax.kernels`` (int8 converted to float32 in
-registers, never a float copy of the weights); where that kernel is not available (other
+the weights are rounded. The product runs in ``specjax.models.kernels`` (int8 converted to float32
+in registers, never a float copy of the weights); where that kernel is not available (other
 platforms, no compiler) a ``jnp`` path computes the same product from a dequantized copy.
 
 Quantization: symmetric absmax with one float32 scale per output channel and group of
@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, Int8
 
-from specjax import kernels
+from specjax.models import kernels
 
 #: Allowed values of the ``weights`` option of ``load_model`` / the ``model`` config group.
 WEIGHT_FORMATS = ("float32", "int8")

@@ -25,8 +25,8 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers as pre
 
-from specjax.models.gguf import eos_ids as _eos_ids
 from specjax.models.gguf_file import CONTROL, USER_DEFINED, GGUFFile, open_gguf
+from specjax.models.gguf_weights import eos_ids as _eos_ids
 
 #: Qwen2's pre-tokenizer split pattern (from its tokenizer.json).
 QWEN2_PATTERN = (

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specjax.assets import cache_root
+from specjax.platform.assets import cache_root
 
 #: Bump when ``read_gguf``'s canonical weights would differ for the same file.
 FORMAT = 1

@@ -6,7 +6,7 @@
 - ``loop``: AdamW + warmup-cosine + clipping, jitted step, eval, orbax checkpoints, trackers;
 - ``checkpoints``: saving and resuming a run's parameters and optimizer state.
 
-Where runs live and how drafters find them is ``specjax.runs``; the modules trained are the
+Where runs live and how drafters find them is ``specjax.drafters.runs``; the modules trained are the
 drafters' own (``specjax.drafters``: ``EagleDrafter.trainable``, ``MedusaDrafter.trainable``,
 ``drafters.family``). Training imports the drafters, never the other way round.
 """

@@ -1,9 +1,9 @@
 """Orbax checkpoints of a training run: trainable parameters, optimizer state, step.
 
 ``save`` writes ``<run>/ckpt/<step>/`` through the run's orbax ``CheckpointManager``
-(``specjax.runs.checkpoint_manager``; atomic: a step directory exists only once it is complete,
-so a kill mid-save leaves the previous one); ``restore`` rebuilds exactly the saved pytrees
-(the optimizer state keeps its optax structure, taken from a freshly initialised template).
+(``specjax.drafters.runs.checkpoint_manager``; atomic: a step directory exists only once it is
+complete, so a kill mid-save leaves the previous one); ``restore`` rebuilds exactly the saved
+pytrees (the optimizer state keeps its optax structure, taken from a freshly initialised template).
 """
 
 from __future__ import annotations

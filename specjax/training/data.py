@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specjax.assets import cache_root
+from specjax.platform.assets import cache_root
 
 TEXT_SOURCES = ("stdlib", "alpaca")
 SOURCES = (*TEXT_SOURCES, "distill")
@@ -79,7 +79,7 @@ def _text_docs(source: str):
             if text:
                 yield text
     elif source == "alpaca":
-        from specjax.data import load_prompts
+        from specjax.prompts import load_prompts
 
         yield from (p.text for p in load_prompts("alpaca"))
     else:
@@ -139,7 +139,7 @@ def text_stream(target, source: str, max_tokens: int | None, cache_dir=None) -> 
 
 def distill_prompts(n: int) -> list[str]:
     """Training prompts for self-distillation: Alpaca, then documented stdlib functions."""
-    from specjax.data import load_prompts
+    from specjax.prompts import load_prompts
 
     prompts = [p.text for p in load_prompts("alpaca")]
     for path in stdlib_files():
@@ -168,7 +168,7 @@ def distill_stream(target, n_prompts: int, new_tokens: int, temperature: float,
     """Prompt + generation of the target on ``n_prompts`` training prompts (greedy when
     ``temperature`` is 0), one document each."""
     import specjax
-    from specjax.sampling import Sampling
+    from specjax.models.sampling import Sampling
 
     key = {"source": "distill", "n": n_prompts, "new_tokens": new_tokens, "T": temperature,
            "seed": seed, "vocab": int(target.vocab_size), "v": 1}

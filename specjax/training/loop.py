@@ -25,7 +25,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specjax import runs
+from specjax.drafters import runs
 from specjax.drafters.trained import target_decoder
 from specjax.registry import load_model
 from specjax.training import checkpoints

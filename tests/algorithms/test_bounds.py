@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from algorithms.exact import (
-    EXACT_LAWS,
     exact_law_of,
+    exact_laws,
     example_pair,
     expected_tau,
     iteration_law,
@@ -102,7 +102,7 @@ def test_block_bound_with_one_draft_is_the_single_draft_bound(seed):
 def lossless_verifiers_with_exact_laws():
     names = []
     for name in list_verifiers():
-        module = EXACT_LAWS.get(name, "").split(":")[0]
+        module = exact_laws().get(name, "").split(":")[0]
         if module and importlib.util.find_spec(module) and get_verifier(name).lossless:
             names.append(name)
     return names

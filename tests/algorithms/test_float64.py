@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 from mutants import correction_is_target
 
-from algorithms.exact import EXACT_LAWS, exact_law_of, iteration_law, random_pair
+from algorithms.exact import exact_law_of, exact_laws, iteration_law, random_pair
 from algorithms.exact.lookup import FIXED_LAWS
 from algorithms.exact.monte_carlo import chi_square, sample_emitted, sample_fixed
 from algorithms.verifiers import get_verifier, list_verifiers
@@ -32,7 +32,7 @@ def float64_fit(verifier, name: str):
     return chi_square(counts, exact)
 
 
-@pytest.mark.parametrize("name", sorted(set(list_verifiers()) & set(EXACT_LAWS)))
+@pytest.mark.parametrize("name", sorted(set(list_verifiers()) & set(exact_laws())))
 def test_float64_monte_carlo_matches_exact_law(name):
     fit = float64_fit(get_verifier(name), name)
     print(f"{name} float64 MC: {fit}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from experiments.validate import CONFIG_DIR
+from experiments.config_tree import config_dir
 
 
 @pytest.fixture
@@ -13,7 +13,7 @@ def make_cfg():
     """``make_cfg(*overrides, hydra=False)`` -> the composed config."""
 
     def _compose(*overrides, hydra=False):
-        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return compose(config_name="config", overrides=list(overrides),
                            return_hydra_config=hydra)
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-SCRIPTS = [f"experiments.benchmarks.{name}" for name in (
+SCRIPTS = [f"benchmarks.{name}" for name in (
     "api_decode", "decode_speed", "drafters", "int8_agreement", "peers", "quantized_dots",
     "throughput", "verify_cost")] + [f"paper_repro.{name}" for name in (
         "ablations", "audit", "sdsl_family", "table1", "theory")]

@@ -13,7 +13,7 @@ import pytest
 import specjax
 from experiments.run import run_experiment
 from experiments.validate import ConfigError
-from specjax.results import read_summary, write_results
+from specjax.eval.results import read_summary, write_results
 
 
 def _lines(run_dir):
@@ -25,10 +25,10 @@ def greedy_run(tmp_path_factory):
     """One toy run at T=0 with the AR baseline and the JSONL tracker (shared by several tests)."""
     from hydra import compose, initialize_config_dir
 
-    from experiments.validate import CONFIG_DIR
+    from experiments.config_tree import config_dir
 
     run_dir = tmp_path_factory.mktemp("greedy")
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
             "experiment=toy_smoke", "sampling=greedy", "dataset.n=3", "max_new_tokens=6",
             "logger=jsonl"])
@@ -204,7 +204,7 @@ def test_smollm2_self_speculation_through_the_app(make_cfg, tmp_path):
                    "logger=none")
     summary = run_experiment(cfg, tmp_path)
     lines = _lines(tmp_path)
-    from specjax.data import load_prompts
+    from specjax.prompts import load_prompts
 
     for row, prompt in zip(lines[:-1], load_prompts("gsm8k", n=2), strict=True):
         assert prompt.text in row["prompt"] and row["prompt"] != prompt.text  # chat-formatted

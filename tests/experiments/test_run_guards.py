@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from specjax.results import RESULTS_FILE, read_summary
+from specjax.eval.results import RESULTS_FILE, read_summary
 
 CODE = "import sys; from experiments.run import main; sys.argv[0] = 'specjax-run'; main()"
 ENV = {**os.environ, "WANDB_MODE": "offline", "JAX_PLATFORMS": "cpu"}

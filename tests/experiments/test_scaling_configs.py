@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from experiments.validate import ConfigError, check_group_overrides, group_options
+from experiments.config_tree import group_options
+from experiments.validate import ConfigError, check_group_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from paper_repro import ablations, cells, table1, table_repo
-from specjax import bootstrap
-from specjax.data import load_prompts
+from specjax.eval import bootstrap
+from specjax.prompts import load_prompts
 
 TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "spectr_gbv",
                "multipath_block", "traversal", "univer"]

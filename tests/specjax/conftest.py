@@ -3,7 +3,7 @@ import ctypes
 import jax
 import pytest
 
-from specjax import kernels
+from specjax.models import kernels
 
 
 @pytest.fixture(scope="session")

@@ -26,13 +26,14 @@ def test_compiled_loops_beyond_the_bound_are_dropped_least_recent_first(monkeypa
     assert run(2) == 0 and run(3) > 0
 
 
-# ---- JAX's persistent cache as specjax-run enables it (specjax.compile_cache) -----------------
+# ---- JAX's persistent cache as specjax-run enables it (specjax.platform.compile_cache) ---
 
 _PROGRAM = """
 import hashlib, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax import monitoring
-from specjax import compile_cache, kernels
+from specjax.platform import compile_cache
+from specjax.models import kernels
 from specjax.models.quant import linear, pack_float32
 
 hits = []

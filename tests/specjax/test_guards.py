@@ -18,8 +18,8 @@ import pytest
 
 from specjax import generate
 from specjax.drafters import ModelDrafter
+from specjax.models.sampling import Sampling
 from specjax.models.toy import TOY_ORDER, ToyLM, ToyLoaded, load_toy
-from specjax.sampling import Sampling
 
 FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 NAN_FROM = 6  # positions >= 6 get broken logits

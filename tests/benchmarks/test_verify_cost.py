@@ -1,0 +1,48 @@
+"""Smoke test of the verify-cost benchmark on a tiny vocabulary (the real run is manual)."""
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import verify_cost
+
+
+def test_random_inputs_respect_the_verifier_contract():
+    drafts, q, p = verify_cost.random_inputs(jax.random.key(0), K=3, L=2, V=50)
+    assert drafts.shape == (3, 2) and q.shape == (3, 2, 50) and p.shape == (3, 3, 50)
+    np.testing.assert_allclose(np.asarray(q.sum(-1)), 1.0, atol=1e-5)
+    # Every draft starts at the same root, so the root laws must coincide.
+    assert (np.asarray(p[:, 0]) == np.asarray(p[0, 0])).all()
+    assert (np.asarray(q[:, 0]) == np.asarray(q[0, 0])).all()
+
+
+def test_table_skips_single_draft_verifiers_above_k1(capsys):
+    verify_cost.main(["--vocab", "64", "--K", "1", "2", "--L", "2", "--calls", "1",
+                      "--verifiers", "token", "specinfer", "--tree-ms", "10"])
+    out = capsys.readouterr().out
+    token_row = next(line for line in out.splitlines() if line.startswith("| token"))
+    assert "–" in token_row and "%" in token_row
+    assert "| specinfer" in out
+    assert "10 ms tree pass, given" in out
+
+
+def test_default_tree_pass_is_the_measured_one(capsys, tmp_path):
+    """Without --tree-ms the budget comes from the committed decode_speed 1.5B tree(4, 8) row,
+    and --out writes the same table."""
+    import json
+
+    results = json.loads(verify_cost.DECODE_SPEED.read_text())
+    row = next(r for r in results["rows"] if r["model"] == verify_cost.TREE_MODEL
+               and r["pass_"] == "tree 4x8")
+    out_file = tmp_path / "cost.md"
+    verify_cost.main(["--vocab", "64", "--K", "1", "--L", "2", "--calls", "1",
+                      "--verifiers", "token", "--out", str(out_file)])
+    out = capsys.readouterr().out
+    tree_ms = min(row[f"ms_{s}"] for s in results["settings"])
+    assert f"{tree_ms:g} ms tree pass, {verify_cost.TREE_MODEL}" in out
+    assert "| token |" in out_file.read_text()
+
+
+def test_rejects_unknown_verifier():
+    with pytest.raises(SystemExit):
+        verify_cost.main(["--verifiers", "nope"])
