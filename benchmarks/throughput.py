@@ -177,7 +177,8 @@ def predict(batches, *, alpha: float, c: float, ridge: float, L: int, t1: float)
 
 
 def compare(measured: dict, predicted: dict) -> list[str]:
-    """The issue's two questions, answered from the numbers."""
+    """Two questions answered from the numbers: does the advantage of SD over AR shrink with
+    batch, and from which batch does the model switch speculation off (k* = 0)?"""
     bs = sorted(measured)
     sm = [measured[b]["sd"]["tokens_per_s"] / measured[b]["ar"]["tokens_per_s"] for b in bs]
     sp = [predicted[b]["speedup"] for b in bs]

@@ -97,16 +97,13 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                    console: Console | None = None) -> dict[str, Any]:
     """Run one config into ``run_dir``; return the summary (the stored one when resumed)."""
     import specjax
-    from specjax.eval.metrics import regime, speedup
+    from specjax.decode import parallel
 
     console = console or Console()
     run_dir = Path(run_dir)
     drafter, verifier, sampling, dataset = _instantiate(cfg)
-    from specjax.decode import parallel
-
     mesh = parallel.make_mesh(**{k: cfg.mesh[k] for k in ("data", "model")}) if cfg.get(
         "mesh") else None
-    main = parallel.is_main_process()  # of several processes, only process 0 writes and logs
     if cfg.resume and (done := read_summary(run_dir)) is not None:
         console.print(f"[bold]skipped[/]: {run_dir} already has a finished results.jsonl "
                       "(resume=false reruns it)")
@@ -117,24 +114,40 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
 
         compile_cache.enable()
     target, draft = _load_models(cfg, drafter)
-
     prompts = dataset.load()
     texts = dataset.texts(target, prompts)
-    auto = None
-    if cfg.drafter.get("L") == "auto":
-        import dataclasses
-
-        from specjax.tuning.lookahead import choose_lookahead
-
-        L, auto = choose_lookahead(target, draft, drafter, texts, verifier=verifier,
-                                   sampling=sampling, seed=cfg.seed)
-        drafter = dataclasses.replace(drafter, L=L)
+    drafter, auto = _lookahead(cfg, target, draft, drafter, verifier, sampling, texts)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                   batch_size=cfg.batch_size, mesh=mesh)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
     spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
                             breakdown=bool(cfg.get("breakdown", False)), **common)
+    rows = _rows(prompts, texts, spec, ar)
+    summary = _summary(cfg, run_dir, draft, drafter, verifier, spec, ar, auto, len(prompts))
+    if not parallel.is_main_process():  # every process holds the gathered results; process 0
+        return summary  # records them
+    _record(cfg, run_dir, rows, summary, spec, console)
+    _track(cfg, run_dir, rows, summary, drafter)
+    return summary
 
+
+def _lookahead(cfg: DictConfig, target, draft, drafter, verifier, sampling, texts):
+    """(drafter, what L=auto measured or None): ``drafter.L=auto`` fixes L from short probe
+    runs on the first prompt (``specjax.tuning.lookahead``), before the measured runs."""
+    if cfg.drafter.get("L") != "auto":
+        return drafter, None
+    import dataclasses
+
+    from specjax.tuning.lookahead import choose_lookahead
+
+    L, auto = choose_lookahead(target, draft, drafter, texts, verifier=verifier,
+                               sampling=sampling, seed=cfg.seed)
+    return dataclasses.replace(drafter, L=L), auto
+
+
+def _rows(prompts, texts: list[str], spec, ar) -> list[dict]:
+    """One results row per prompt: its text, the speculative output and counters, and the
+    autoregressive ones beside them."""
     rows = []
     for i, prompt in enumerate(prompts):
         row = {"index": i, "id": prompt.id, "category": prompt.category, "prompt": texts[i],
@@ -143,6 +156,14 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         if ar is not None:
             row["autoregressive"] = {**ar.per_prompt[i], "output": ar.texts[i]}
         rows.append(row)
+    return rows
+
+
+def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar, auto,
+             n_prompts: int) -> dict[str, Any]:
+    """The run's summary line: models, drafter, verifier, both results, speedup, regime."""
+    from specjax.eval.metrics import regime, speedup
+
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
@@ -155,14 +176,19 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
         "speculative": spec.summary,
         "autoregressive": None if ar is None else ar.summary,
         "speedup": None if ar is None else speedup(spec, ar),
-        "regime": regime(cfg.batch_size, len(prompts)),
+        "regime": regime(cfg.batch_size, n_prompts),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     summary["drafter"].pop("_target_", None)
-    if not main:  # every process holds the gathered results; process 0 records them
-        return summary
-    # Written with the results, not before: a run refused by generate (a prompt over the
-    # context, non-finite logits) leaves no run directory behind.
+    return summary
+
+
+def _record(cfg: DictConfig, run_dir: Path, rows: list[dict], summary: dict, spec,
+            console: Console) -> None:
+    """Write config.yaml and results.jsonl, then print the table (and the time breakdown).
+
+    Written with the results, not before: a run refused by generate (a prompt over the context,
+    non-finite logits) leaves no run directory behind."""
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     write_results(run_dir, rows, summary)
@@ -172,6 +198,9 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
 
         console.print("time breakdown, " + format_breakdown(spec.summary["time_breakdown"]))
 
+
+def _track(cfg: DictConfig, run_dir: Path, rows: list[dict], summary: dict, drafter) -> None:
+    """Log the config, the per-prompt table and the summary to the configured tracker."""
     tracker = instantiate(cfg.logger)
     tracker.start(run_dir, name=f"{cfg.run_name}-{summary['verifier']}-"
                   f"{summary['drafter']['name']}-K{drafter.K}L{drafter.L}",
@@ -180,7 +209,6 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
                                   for r in rows])
     tracker.log_summary(_flatten({k: v for k, v in summary.items() if k != "config"}))
     tracker.finish()
-    return summary
 
 
 # An absolute path: relative ones resolve differently under `python -m` and the console script.

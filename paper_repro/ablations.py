@@ -41,18 +41,18 @@ from paper_repro.cells import (  # noqa: E402
     select,
     with_overrides,
 )
-from paper_repro.table1 import (  # noqa: E402
+from paper_repro.stats import (  # noqa: E402
     at_ceiling,
     be_stat,
     ceiling_stat,
     ci,
     estimate,
     gain_stat,
-    header,
     lossless_verdict,
     one_machine,
     sr_stat,
 )
+from paper_repro.table1 import header  # noqa: E402
 
 GRIDS = {"K": (1, 2, 3, 5, 7), "L": (2, 4, 6, 8, 12), "T": (0.1, 0.4, 0.7)}
 BASE = dict(K=3, L=8, temperature=0.4, datasets=("humaneval",))
@@ -223,7 +223,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--methods", help="comma list of rows (default: all of the ablation's)")
-    ap.add_argument("--values", help="comma list of swept values (default: the issue's grid)")
+    ap.add_argument("--values", help="comma list of swept values (default: " + "; ".join(
+        f"{k} {','.join(map(str, v))}" for k, v in GRIDS.items()) + ")")
     ap.add_argument("--n", type=int)
     ap.add_argument("--max-new-tokens", type=int)
     ap.add_argument("--L", type=int, help="draft length of the K and T sweeps (default: Table 1's)")

@@ -254,8 +254,9 @@ class Models:
 
 
 def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, *,
-             breakdown: bool = False) -> dict:
-    """Decode ``texts`` with one method once; per-prompt counters and timings as plain JSON."""
+             breakdown: bool = False, keep_compiled: int | None = None) -> dict:
+    """Decode ``texts`` with one method once; per-prompt counters and timings as plain JSON.
+    ``keep_compiled``: compiled loops kept between calls (``generate``'s default when None)."""
     import specjax
     from algorithms.verifiers import get_verifier
     from specjax.eval.root_bound import RootBoundProbe
@@ -278,7 +279,7 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
         max_new_tokens=setting.max_new_tokens, seed=setting.seed,
         batch_size=setting.batch_size, breakdown=breakdown and method.verifier is not None,
         compiler_options={"xla_backend_optimization_level": 0} if setting.fast_compile else None,
-        **kw)
+        **({} if keep_compiled is None else {"keep_compiled": keep_compiled}), **kw)
     elapsed = time.perf_counter() - start
     batch = len(texts) if setting.batch_size is None else setting.batch_size
     seconds = _seconds_per_prompt(res.per_prompt, batch)
@@ -298,9 +299,6 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
     if "time_breakdown" in res.summary:
         out["time_breakdown"] = res.summary["time_breakdown"]
     return out
-
-
-COUNTERS = ("new_tokens", "target_calls", "accepted", "accepted_per_position")
 
 
 def add_repeat(row: dict, result: dict, repeat: int) -> None:
@@ -340,6 +338,8 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     """
     from specjax import api
 
+    # Every method's loop stays compiled for the whole table: one compile per method and padding.
+    keep_compiled = max(api.KEEP_COMPILED, len(methods) + 1)
     store = CellStore(Path(out) / "runs" / f"{table}_{preset}" / "cells.jsonl", resume=resume)
     keys = {(d, m.name): cell_key(table, d, m, setting) for d in setting.datasets for m in methods}
     done = lambda row: row is not None and row.get("repeats_done", 1) >= setting.repeats  # noqa
@@ -355,52 +355,48 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
         from specjax.platform import compile_cache
 
         compile_cache.enable()
-    capacity, api.MAX_COMPILED = api.MAX_COMPILED, max(api.MAX_COMPILED, len(methods) + 1)
     ordered = sorted(methods, key=lambda m: m.verifier is not None)  # AR first
     broken_down: set[str] = set()
-    try:
-        for dataset in setting.datasets:
-            prompts = None
-            for repeat in range(min(setting.repeats, repeats or setting.repeats)):
-                for method in ordered:
-                    key = keys[dataset, method.name]
-                    row = store.get(key)
-                    if row is not None and row.get("repeats_done", 1) > repeat:
-                        continue
-                    if row is not None and row["hardware"] != hardware.describe():
-                        raise SystemExit(
-                            f"{table} [{preset}] {dataset} / {method.name}: its stored repeats "
-                            f"were timed on {row['hardware']}, this machine is "
-                            f"{hardware.describe()}; one cell's seconds must come from one "
-                            "machine. Rerun with --no-resume to measure the cells here (the "
-                            f"stored ones stay in {store.path} until replaced), or "
-                            "--render-only to render what is stored.")
-                    if prompts is None:
-                        prompts = prompt_texts(setting, dataset, models.pair(ordered[0])[0])
-                    ids, texts = prompts
-                    breakdown = setting.breakdown and method.name not in broken_down and not (
-                        row and "time_breakdown" in row)
-                    result = run_cell(setting, method, texts, *models.pair(method),
-                                      breakdown=breakdown)
-                    broken_down |= {method.name} if breakdown else set()
-                    if row is None:
-                        row = dict(key=key, table=table, preset=preset, dataset=dataset,
-                                   method=method.name, K=method.K, prompt_ids=ids,
-                                   session=SESSION, sessions=[SESSION],
-                                   commit=provenance.commit(), commits=[provenance.commit()],
-                                   hardware=hardware.describe(), regime=setting.regime,
-                                   repeats_done=1, **result)
-                    else:
-                        add_repeat(row, result, repeat)
-                        if "time_breakdown" in result:
-                            row["time_breakdown"] = result["time_breakdown"]
-                    row["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-                    store.put(row)
-                    log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}) repeat "
-                        f"{repeat + 1}/{setting.repeats}: BE {row['block_efficiency']:.3f}, "
-                        f"{result['elapsed_s']:.1f} s (compile {result['compile_time_s']:.1f} s)")
-    finally:
-        api.MAX_COMPILED = capacity
+    for dataset in setting.datasets:
+        prompts = None
+        for repeat in range(min(setting.repeats, repeats or setting.repeats)):
+            for method in ordered:
+                key = keys[dataset, method.name]
+                row = store.get(key)
+                if row is not None and row.get("repeats_done", 1) > repeat:
+                    continue
+                if row is not None and row["hardware"] != hardware.describe():
+                    raise SystemExit(
+                        f"{table} [{preset}] {dataset} / {method.name}: its stored repeats "
+                        f"were timed on {row['hardware']}, this machine is "
+                        f"{hardware.describe()}; one cell's seconds must come from one "
+                        "machine. Rerun with --no-resume to measure the cells here (the "
+                        f"stored ones stay in {store.path} until replaced), or "
+                        "--render-only to render what is stored.")
+                if prompts is None:
+                    prompts = prompt_texts(setting, dataset, models.pair(ordered[0])[0])
+                ids, texts = prompts
+                breakdown = setting.breakdown and method.name not in broken_down and not (
+                    row and "time_breakdown" in row)
+                result = run_cell(setting, method, texts, *models.pair(method),
+                                  breakdown=breakdown, keep_compiled=keep_compiled)
+                broken_down |= {method.name} if breakdown else set()
+                if row is None:
+                    row = dict(key=key, table=table, preset=preset, dataset=dataset,
+                               method=method.name, K=method.K, prompt_ids=ids,
+                               session=SESSION, sessions=[SESSION],
+                               commit=provenance.commit(), commits=[provenance.commit()],
+                               hardware=hardware.describe(), regime=setting.regime,
+                               repeats_done=1, **result)
+                else:
+                    add_repeat(row, result, repeat)
+                    if "time_breakdown" in result:
+                        row["time_breakdown"] = result["time_breakdown"]
+                row["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                store.put(row)
+                log(f"{table} [{preset}] {dataset} / {method.name} (K={method.K}) repeat "
+                    f"{repeat + 1}/{setting.repeats}: BE {row['block_efficiency']:.3f}, "
+                    f"{result['elapsed_s']:.1f} s (compile {result['compile_time_s']:.1f} s)")
     cells = {(d, name): store.get(key) for (d, name), key in keys.items()}
     return cells, store
 

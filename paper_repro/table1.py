@@ -23,7 +23,6 @@ the measured cells in ``<out>/runs/table1_<preset>/cells.jsonl`` (rerunning resu
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import time
@@ -43,6 +42,27 @@ from paper_repro.cells import (
     select,
     table1_methods,
     with_overrides,
+)
+from paper_repro.stats import (
+    LOSSLESS_TOL,
+    at_ceiling,
+    be_stat,
+    calls_stat,
+    ceiling_stat,
+    ci,
+    estimate,
+    field,
+    gain_stat,
+    gap_stat,
+    lossless_text,
+    lossless_verdict,
+    one_machine,
+    per_position,
+    seconds_stat,
+    significant,
+    sr_by_repeat,
+    sr_stat,
+    timing_repeats,
 )
 from specjax.eval import bootstrap
 
@@ -77,126 +97,6 @@ PAPER_GAINS = {"token": (12.4, 29.3), "spectr": (2.3, 8.2), "greedy_block": (9.7
 LOSSLESS_ALTERNATIVES = ("traversal", "multipath_block", "specinfer", "univer")
 
 
-@functools.cache
-def lossless_verdict(verifier: str | None, K: int) -> tuple[bool, float | None]:
-    """(class claim, exact TV) on the running example p = (1/3, 2/3), q = (2/3, 1/3): TV of
-    the first L + 2 = 4 emitted tokens from the target at L = 2, K = min(K, 3) (exact float64
-    enumeration, ``algorithms.exact``). AR samples the target itself: (True, None)."""
-    if verifier is None:
-        return True, None
-    from algorithms.exact import example_pair, get_exact_law, lossless_tv
-    from algorithms.verifiers import get_verifier
-
-    P, Q = example_pair()
-    tv = lossless_tv(get_exact_law(verifier), P, Q, L=2, K=min(K, 3))
-    return bool(get_verifier(verifier).lossless), float(tv)
-
-
-LOSSLESS_TOL = 1e-12
-
-
-def lossless_text(verifier: str | None, K: int) -> str:
-    claim, tv = lossless_verdict(verifier, K)
-    if tv is None:
-        return "exact (samples p)"
-    ok = tv <= LOSSLESS_TOL
-    return (f"claims {'yes' if claim else 'no'} / checker {'yes' if ok else '**NO**'} "
-            f"(TV {tv:.0e})")
-
-
-# --- statistics ----------------------------------------------------------------------------------
-def timing_repeats(cells) -> int:
-    """Timing repeats every cell of a table has (a cell's ``seconds_by_repeat`` length)."""
-    return min(len(p.get("seconds_by_repeat", [p["seconds"]])) for c in cells.values()
-               for p in c["prompts"])
-
-
-def _field(cells, datasets, method: str, name: str) -> np.ndarray:
-    """A per-prompt counter ``[n]``; ``seconds`` is ``[n, R]``, one column per timing repeat."""
-    if name == "seconds":
-        R = timing_repeats(cells)
-        return np.concatenate([[p.get("seconds_by_repeat", [p["seconds"]])[:R]
-                                for p in cells[d, method]["prompts"]] for d in datasets])
-    return np.concatenate([[p[name] for p in cells[d, method]["prompts"]] for d in datasets])
-
-
-def _indices(cells, datasets, method: str) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified resample: each dataset's prompts resampled within the dataset (same seed for
-    every method, so every statistic of a table uses the same resamples: paired), and the
-    timing repeats resampled jointly for all prompts and methods (``bootstrap``)."""
-    parts, offset = [], 0
-    for i, d in enumerate(datasets):
-        n = len(cells[d, method]["prompts"])
-        parts.append(offset + bootstrap.resample_indices(n, seed=bootstrap.SEED + i))
-        offset += n
-    return np.concatenate(parts, axis=1), bootstrap.resample_repeats(timing_repeats(cells))
-
-
-def _ratio(cells, datasets, method, num: str, den: str):
-    """sum(num) / sum(den) over the prompts of ``method``, as a bootstrap statistic."""
-    return bootstrap.ratio(_field(cells, datasets, method, num),
-                           _field(cells, datasets, method, den))
-
-
-def be_stat(cells, datasets, method):
-    return _ratio(cells, datasets, method, "new_tokens", "target_calls")
-
-
-def ceiling_stat(cells, datasets, method):
-    """The BE the fewest possible target calls would give: sum(tokens) / sum(min calls)."""
-    return _ratio(cells, datasets, method, "new_tokens", "min_calls")
-
-
-def at_ceiling(cells, datasets, method) -> float:
-    """Fraction of prompts that used the fewest target calls their tokens allow."""
-    calls = _field(cells, datasets, method, "target_calls")
-    return float(np.mean(calls <= _field(cells, datasets, method, "min_calls")))
-
-
-def sr_stat(cells, datasets, method, base="ar"):
-    spec = _ratio(cells, datasets, method, "new_tokens", "seconds")
-    ar = _ratio(cells, datasets, base, "new_tokens", "seconds")
-    return lambda idx, rep=None: spec(idx, rep) / ar(idx, rep)
-
-
-def sr_by_repeat(cells, datasets, method, base="ar") -> list[float]:
-    """SR of each timing repeat on its own (all prompts): the repeat-to-repeat spread."""
-    new = _field(cells, datasets, method, "new_tokens").sum()
-    ar_new = _field(cells, datasets, base, "new_tokens").sum()
-    sec = _field(cells, datasets, method, "seconds").sum(axis=0)
-    ar_sec = _field(cells, datasets, base, "seconds").sum(axis=0)
-    return [float((new / s) / (ar_new / a)) for s, a in zip(sec, ar_sec, strict=True)]
-
-
-def calls_stat(cells, datasets, method):
-    """Target calls per generated token (the decoding iterations a method needs)."""
-    return _ratio(cells, datasets, method, "target_calls", "new_tokens")
-
-
-def seconds_stat(cells, datasets, method):
-    """Wall seconds per generated token."""
-    return _ratio(cells, datasets, method, "seconds", "new_tokens")
-
-
-def gap_stat(cells, datasets, method):
-    return _ratio(cells, datasets, method, "root_accepted", "root_bound")
-
-
-def gain_stat(stat_a, stat_b):
-    return lambda idx, rep=None: 100.0 * (stat_a(idx, rep) / stat_b(idx, rep) - 1.0)
-
-
-def one_machine(cells, datasets, *methods) -> bool:
-    """Whether these cells' seconds come from one machine: BE compares across machines, a
-    ratio of two machines' seconds is the speed of neither."""
-    return len({cells[d, m]["hardware"] for d in datasets for m in methods}) == 1
-
-
-def estimate(stat, cells, datasets, method) -> tuple[float, float, float]:
-    idx, rep = _indices(cells, datasets, method)
-    return bootstrap.estimate(stat, idx.shape[1], idx, rep)
-
-
 def rows(cells, setting: Setting, methods: list[Method]) -> list[dict]:
     """One dict per method: BE / SR / gap (point, lo, hi) per dataset, and the lossless verdict."""
     out = []
@@ -217,7 +117,7 @@ def rows(cells, setting: Setting, methods: list[Method]) -> list[dict]:
                      sr_by_repeat(cells, [d], m.name)))
             cell["commit"] = c.get("commit", "unknown")
             cell["hardware"] = c["hardware"]
-            cell["target_calls"] = int(_field(cells, [d], m.name, "target_calls").sum())
+            cell["target_calls"] = int(field(cells, [d], m.name, "target_calls").sum())
             if m.verifier is not None:
                 cell["BE_ceiling"] = estimate(ceiling_stat(cells, [d], m.name), cells, [d],
                                               m.name)
@@ -226,24 +126,17 @@ def rows(cells, setting: Setting, methods: list[Method]) -> list[dict]:
                 if c.get("time_breakdown"):
                     cell["time_breakdown"] = c["time_breakdown"]
                 # K > 1 cells of real models are timed without the alpha* probe (cells.run_cell)
-                if _field(cells, [d], m.name, "root_bound").sum() > 0:
+                if field(cells, [d], m.name, "root_bound").sum() > 0:
                     cell["gap"] = estimate(gap_stat(cells, [d], m.name), cells, [d], m.name)
-                    steps = _field(cells, [d], m.name, "target_calls").sum()
+                    steps = field(cells, [d], m.name, "target_calls").sum()
                     cell["alpha_star_per_step"] = float(
-                        _field(cells, [d], m.name, "root_bound").sum() / steps)
+                        field(cells, [d], m.name, "root_bound").sum() / steps)
                     cell["root_accept_per_step"] = float(
-                        _field(cells, [d], m.name, "root_accepted").sum() / steps)
+                        field(cells, [d], m.name, "root_accepted").sum() / steps)
             cell["other_session"] = c["session"] != cells.get((d, "ar"), c)["session"]
             row["datasets"][d] = cell
         out.append(row)
     return out
-
-
-def per_position(cells, datasets, method) -> list[float]:
-    """P(tau > i) for each draft position i: accepted at position i / target calls."""
-    acc = np.sum([p["accepted_per_position"] for d in datasets
-                  for p in cells[d, method]["prompts"]], axis=0)
-    return [float(a) for a in acc / max(_field(cells, datasets, method, "target_calls").sum(), 1)]
 
 
 def gains(cells, setting: Setting, names: set[str], base: str = "spectr_gbv") -> list[dict]:
@@ -267,16 +160,6 @@ def gains(cells, setting: Setting, names: set[str], base: str = "spectr_gbv") ->
 
 
 # --- rendering -----------------------------------------------------------------------------------
-def ci(x: tuple[float, float, float], digits: int = 2, pct: bool = False) -> str:
-    p, lo, hi = x
-    f = f"{{:+.{digits}f}}" if pct else f"{{:.{digits}f}}"
-    return f"{f.format(p)} [{f.format(lo)}, {f.format(hi)}]"
-
-
-def significant(x: tuple[float, float, float]) -> str:
-    return "yes" if x[1] > 0 or x[2] < 0 else "no"
-
-
 def header(title: str, command: str, setting: Setting, cells: dict, elapsed: float) -> list[str]:
     target, draft = model_names(setting.models)
     hw = sorted({c["hardware"] for c in cells.values()})

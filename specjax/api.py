@@ -1,13 +1,16 @@
 """``specjax.generate``: the Python API the CLI mirrors (prompts in, tokens + texts + metrics out).
 
-Host-side work only: resolve names, tokenize, validate, pad prompts to one static length, split
-into equal batches (a padding row is done from the start), compile ONCE per shape, then time the
-compiled calls. Compile time is measured around ``lower().compile()`` and reported separately,
-so wall time and tokens/s are pure decoding (prefill included), as the issue asks.
+Host-side work only, in four named steps: ``_resolve`` (names to models and a verifier, prompts
+to ids, every input check), ``_plan_batches`` (one static prompt length, equal batches; a padding
+row is done from the start), ``_compile`` (ONCE per shape, kept in a small cache), and
+``_collect`` (time the compiled calls, then tokens, texts and metrics). Compile time is measured
+around ``lower().compile()`` and reported separately, so wall time and tokens/s are pure
+decoding (prefill included).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections import OrderedDict
@@ -22,11 +25,12 @@ from specjax.eval.metrics import per_prompt_metrics, summarize
 from specjax.models.sampling import Sampling
 
 #: (loop, batch, pad, options) -> compiled executable, reused across calls; the least recently
-#: used are dropped beyond ``MAX_COMPILED``. Each XLA:CPU executable holds thousands of memory
-#: mappings, and a sweep that kept every loop (paper_repro.table1, 20 loops of the Qwen pair)
-#: hit the kernel's 65,530-mapping limit ("LLVM ERROR: Unable to allocate section memory").
+#: used are dropped beyond ``generate(keep_compiled=...)``. Each XLA:CPU executable holds
+#: thousands of memory mappings, and a sweep that kept every loop (paper_repro.table1, 20 loops
+#: of the Qwen pair) hit the kernel's 65,530-mapping limit ("LLVM ERROR: Unable to allocate
+#: section memory").
 _COMPILED: OrderedDict = OrderedDict()
-MAX_COMPILED = 4
+KEEP_COMPILED = 4
 
 
 @dataclass
@@ -38,7 +42,7 @@ class GenerationResult:
     prompt_tokens: list[list[int]] = field(default_factory=list)
 
 
-def _resolve_model(m, role: str):
+def _resolve_model(m):
     if m is None or not isinstance(m, str):
         return m
     from specjax.registry import load_model
@@ -124,11 +128,137 @@ def _raise_nonfinite(counters: dict, n_prompts: int) -> None:
             f"{', '.join(map(str, bad[:10].tolist()))})")
 
 
+@dataclass(frozen=True)
+class _Batches:
+    """Prompts padded to one static length and split into equal calls."""
+
+    arrays: list  # per call: (prompt ids [rows, pad], lengths [rows], key data [rows])
+    size: int  # prompts per call, B
+    rows: int  # rows per call: B, rounded up to a multiple of the mesh's data axis
+    pad: int  # the static prompt length
+
+
+def _resolve(target, prompts, draft, drafter, verifier, max_new_tokens, chat, shared_prompt):
+    """Names to models and a verifier, prompts to ids: every input check before compiling."""
+    target, draft = _resolve_model(target), _resolve_model(draft)
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
+    verifier = _resolve_verifier(verifier, drafter)
+    dmodule = drafter.module(target, draft) if drafter is not None else None
+    ids = _encode(target, prompts, chat)
+    _check_lengths(ids, max_new_tokens, [target] if dmodule is None or draft is None
+                   else [target, draft])
+    if shared_prompt:
+        other = next((i for i, p in enumerate(ids) if p != ids[0]), None)
+        if other is not None:
+            raise ValueError(f"shared_prompt: every prompt must be the same token sequence, but "
+                             f"prompt {other} differs from prompt 0; pass shared_prompt=False")
+    return target, verifier, dmodule, ids
+
+
+def _plan_batches(ids: list[list[int]], batch_size: int | None, seed: int, mesh,
+                  target) -> _Batches:
+    """Pad to one length (a multiple of 8: fewer recompiles across calls) and cut equal calls;
+    prompt i gets the key ``fold_in(key(seed), i)`` whatever call it lands in."""
+    B = len(ids) if batch_size is None else int(batch_size)
+    if B < 1:
+        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
+    pad = -(-max(len(p) for p in ids) // 8) * 8
+    rows = B  # per call; a mesh's data axis needs a multiple of its size (padding rows are done)
+    if mesh is not None:
+        from specjax.decode import parallel
+
+        parallel.check_tensor_parallel(getattr(target.model, "config", None), mesh.shape["model"])
+        rows = -(-B // mesh.shape["data"]) * mesh.shape["data"]
+    root = jax.random.key(seed)
+    arrays = []
+    for b in range(-(-len(ids) // B)):
+        chunk = ids[b * B:(b + 1) * B]
+        P = np.zeros((rows, pad), np.int32)
+        lengths = np.zeros((rows,), np.int32)
+        for r, p in enumerate(chunk):
+            P[r, : len(p)] = p
+            lengths[r] = len(p)
+        keys = jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(root, i))(
+            np.arange(b * B, b * B + rows)))
+        arrays.append((P, lengths, keys))
+    return _Batches(arrays=arrays, size=B, rows=rows, pad=pad)
+
+
+def _compile(loop: DecodeLoop, tstate, dstate, batches: _Batches, compiler_options: dict | None,
+             keep_compiled: int, progress: bool):
+    """(executable, compile seconds): from this process's cache when the shape was compiled
+    before (0 s), else lowered and compiled once."""
+    compile_time = 0.0
+    key = (loop, batches.size, batches.pad, tuple(sorted((compiler_options or {}).items())))
+    if key not in _COMPILED:
+        if progress:
+            mode = "autoregressive" if loop.drafter is None else (
+                f"speculative ({type(loop.drafter).__name__} K={loop.K} L={loop.L}, "
+                f"{type(loop.verifier).__name__})")
+            print(f"specjax: compiling the {mode} decode loop for batch {batches.size}, prompt "
+                  f"pad {batches.pad}, {loop.max_new_tokens} new tokens (once per shape) ...",
+                  file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        jitted = (jax.jit(loop.run) if loop.mesh is None
+                  else jax.jit(loop.run, out_shardings=_replicated(loop.mesh)))
+        lowered = jitted.lower(tstate, dstate, *batches.arrays[0])
+        _COMPILED[key] = lowered.compile(compiler_options=compiler_options)
+        compile_time = time.perf_counter() - t0
+        if progress:
+            print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
+    run = _COMPILED[key]
+    _COMPILED.move_to_end(key)
+    while len(_COMPILED) > keep_compiled:
+        _COMPILED.popitem(last=False)
+    return run, compile_time
+
+
+def _replicated(mesh):
+    from specjax.decode import parallel
+
+    return parallel.replicated(mesh)
+
+
+def _collect(run, loop: DecodeLoop, tstate, dstate, batches: _Batches, target,
+             ids: list[list[int]], compile_time: float, progress: bool) -> GenerationResult:
+    """Run and time each call, then tokens, texts and metrics per prompt and in summary."""
+    B = batches.size
+    outs, wall, batch_wall = [], 0.0, []
+    calls = range(len(batches.arrays))
+    if progress and len(batches.arrays) > 1:
+        from tqdm import tqdm
+
+        calls = tqdm(calls, desc="generate", unit="batch")
+    for b in calls:
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(run(tstate, dstate, *batches.arrays[b]))
+        batch_wall.append(time.perf_counter() - t0)
+        wall += batch_wall[-1]
+        outs.append({k: np.asarray(v)[:B] for k, v in out.items()})
+    counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
+    _raise_nonfinite(counters, len(ids))
+
+    tokens, texts, per_prompt = [], [], []
+    eos = set(loop.eos_ids)
+    for i in range(len(ids)):
+        start, n = int(counters["prompt_len"][i]), int(counters["n"][i])
+        gen = [int(t) for t in counters["history"][i, start:n]]
+        tokens.append(gen)
+        texts.append(target.decode(gen[:-1] if gen and gen[-1] in eos else gen))
+        per_prompt.append(per_prompt_metrics(counters, i, loop.L))
+        per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
+    summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
+    return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
+                            prompt_tokens=ids)
+
+
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
              compiler_options: dict | None = None, breakdown: bool = False,
-             mesh=None, shared_prompt: bool = False) -> GenerationResult:
+             mesh=None, shared_prompt: bool = False,
+             keep_compiled: int = KEEP_COMPILED) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
     ``compiler_options`` go to XLA (e.g. ``{"xla_backend_optimization_level": 0}`` trades decode
@@ -147,116 +277,43 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     columns over its ``model`` axis; the loop is still one jitted call, and the tokens and
     counters are those of one device.
 
+    ``keep_compiled``: how many compiled loops this process keeps between calls (least recently
+    used dropped first); a table that alternates between more settings than that recompiles.
+
     ``shared_prompt=True`` says every prompt is the same (n samples of one prompt, as the
     losslessness audit draws): the prompt is prefilled once per batch and broadcast instead of
     once per row, which matters when the generations are short (the audit's 2-token runs on
     SmolLM2: 17-40 % of the wall time). Each row keeps its own key, so the tokens have the same
     law as without it (prefill at batch 1 may round differently from the batched one).
     """
-    target = _resolve_model(target, "target")
-    draft = _resolve_model(draft, "draft")
     sampling = Sampling() if sampling is None else sampling
-    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens}")
-    verifier = _resolve_verifier(verifier, drafter)
-    dmodule = drafter.module(target, draft) if drafter is not None else None
-    ids = _encode(target, prompts, chat)
-    _check_lengths(ids, max_new_tokens, [target] if dmodule is None or draft is None
-                   else [target, draft])
-    if shared_prompt:
-        other = next((i for i, p in enumerate(ids) if p != ids[0]), None)
-        if other is not None:
-            raise ValueError(f"shared_prompt: every prompt must be the same token sequence, but "
-                             f"prompt {other} differs from prompt 0; pass shared_prompt=False")
-    B = len(ids) if batch_size is None else int(batch_size)
-    if B < 1:
-        raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-    pad = -(-max(len(p) for p in ids) // 8) * 8  # round up: fewer recompiles across calls
-    rows = B  # per call; a mesh's data axis needs a multiple of its size (padding rows are done)
-    if mesh is not None:
-        from specjax.decode import parallel
-
-        parallel.check_tensor_parallel(getattr(target.model, "config", None), mesh.shape["model"])
-        rows = -(-B // mesh.shape["data"]) * mesh.shape["data"]
+    target, verifier, dmodule, ids = _resolve(target, prompts, draft, drafter, verifier,
+                                              max_new_tokens, chat, shared_prompt)
+    batches = _plan_batches(ids, batch_size, seed, mesh, target)
     tgraph, tstate = nnx.split(target.model)
     dgraph, dstate = nnx.split(dmodule) if dmodule is not None else (None, None)
     loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
                       verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
                       eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
-                      max_new_tokens=max_new_tokens, prompt_pad=pad, mesh=mesh,
+                      max_new_tokens=max_new_tokens, prompt_pad=batches.pad, mesh=mesh,
                       shared_prompt=bool(shared_prompt))
-    root = jax.random.key(seed)
-    n_batches = -(-len(ids) // B)
-    arrays = []
-    for b in range(n_batches):
-        chunk = ids[b * B:(b + 1) * B]
-        P = np.zeros((rows, pad), np.int32)
-        lengths = np.zeros((rows,), np.int32)
-        for r, p in enumerate(chunk):
-            P[r, : len(p)] = p
-            lengths[r] = len(p)
-        keys = jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(root, i))(
-            np.arange(b * B, b * B + rows)))
-        arrays.append((P, lengths, keys))
     if mesh is not None:  # weights and batches onto the mesh; outputs come back whole
+        from specjax.decode import parallel
+
         tstate = parallel.shard_params(tstate, mesh, tensor_parallel=mesh.shape["model"] > 1)
         dstate = parallel.shard_params(dstate, mesh, tensor_parallel=False)
-        arrays = [parallel.shard_batch(a, mesh) for a in arrays]
-
-    compile_time = 0.0
-    cache_key = (loop, B, pad, tuple(sorted((compiler_options or {}).items())))
-    if cache_key not in _COMPILED:
-        if progress:
-            mode = "autoregressive" if drafter is None else (
-                f"speculative ({type(drafter).__name__} K={drafter.K} L={drafter.L}, "
-                f"{type(verifier).__name__})")
-            print(f"specjax: compiling the {mode} decode loop for batch {B}, prompt pad {pad}, "
-                  f"{max_new_tokens} new tokens (once per shape) ...", file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        jitted = (jax.jit(loop.run) if mesh is None
-                  else jax.jit(loop.run, out_shardings=parallel.replicated(mesh)))
-        lowered = jitted.lower(tstate, dstate, *arrays[0])
-        _COMPILED[cache_key] = lowered.compile(compiler_options=compiler_options)
-        compile_time = time.perf_counter() - t0
-        if progress:
-            print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
-    run = _COMPILED[cache_key]
-    _COMPILED.move_to_end(cache_key)
-    while len(_COMPILED) > MAX_COMPILED:
-        _COMPILED.popitem(last=False)
-
-    outs, wall, batch_wall = [], 0.0, []
-    batches = range(n_batches)
-    if progress and n_batches > 1:
-        from tqdm import tqdm
-
-        batches = tqdm(batches, desc="generate", unit="batch")
-    for b in batches:
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(run(tstate, dstate, *arrays[b]))
-        batch_wall.append(time.perf_counter() - t0)
-        wall += batch_wall[-1]
-        outs.append({k: np.asarray(v)[:B] for k, v in out.items()})
-    counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
-    _raise_nonfinite(counters, len(ids))
-
-    tokens, texts, per_prompt = [], [], []
-    eos = set(loop.eos_ids)
-    for i in range(len(ids)):
-        start, n = int(counters["prompt_len"][i]), int(counters["n"][i])
-        gen = [int(t) for t in counters["history"][i, start:n]]
-        tokens.append(gen)
-        texts.append(target.decode(gen[:-1] if gen and gen[-1] in eos else gen))
-        per_prompt.append(per_prompt_metrics(counters, i, loop.L))
-        per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
-    summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
+        batches = dataclasses.replace(
+            batches, arrays=[parallel.shard_batch(a, mesh) for a in batches.arrays])
+    run, compile_time = _compile(loop, tstate, dstate, batches, compiler_options,
+                                 keep_compiled, progress)
+    result = _collect(run, loop, tstate, dstate, batches, target, ids, compile_time, progress)
     if breakdown:
         from specjax.decode.breakdown import time_breakdown
 
         if progress:
             print("specjax: timing draft / tree / verify parts at this run's shapes ...",
                   file=sys.stderr, flush=True)
-        summary["time_breakdown"] = time_breakdown(loop, tstate, dstate, *arrays[0],
-                                                   compiler_options=compiler_options)
-    return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
-                            prompt_tokens=ids)
+        result.summary["time_breakdown"] = time_breakdown(loop, tstate, dstate,
+                                                          *batches.arrays[0],
+                                                          compiler_options=compiler_options)
+    return result

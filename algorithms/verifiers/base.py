@@ -39,7 +39,7 @@ ever refused; STOPPED is refused at any K by a verifier that does not list it.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +76,7 @@ class Verifier(Protocol):
 
     lossless: ClassVar[bool]  # claims the exact target law; checked by tests, never assumed
     max_drafts: ClassVar[int | None]  # 1 for single-draft verifiers, None for any K
-    draft_structures: ClassVar[frozenset[str]]  # IID and/or DETERMINISTIC
+    draft_structures: ClassVar[frozenset[str]]  # a subset of DRAFT_STRUCTURES (see above)
 
     def init_state(self, L: int, V: int) -> PyTree: ...
 
@@ -88,6 +88,16 @@ class Verifier(Protocol):
         p: Float[Array, "K L+1 V"],
         state: PyTree,
     ) -> tuple[Verdict, PyTree]: ...
+
+
+@runtime_checkable
+class ReadsOut(Protocol):
+    """A verifier that also measures: it sums something in its state, and the decode loop adds
+    ``readout(final state)`` to its counters (``specjax.eval.root_bound`` sums the optimum's
+    acceptance bound this way). The verdicts are the wrapped rule's; a verifier without this
+    method adds nothing."""
+
+    def readout(self, state: PyTree) -> dict[str, Array]: ...
 
 
 def accepted_structures(verifier) -> frozenset[str]:

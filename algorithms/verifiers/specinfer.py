@@ -114,28 +114,48 @@ class SpecInferVerifier:
         K, L, _ = validate_inputs(self, drafts, q, p)
         k_coin, k_extra = jax.random.split(key)
         u = jax.random.uniform(k_coin, (L, K))
-        filled = self.filled(drafts, q)
-
-        def depth(carry, t):
-            alive, stopped, tau, lead, law = carry
-            active = ~stopped
-            alive = alive & filled[:, t]
-            # cond, not where: unbatched, nodes after the stop cost nothing.
-            winner, r = lax.cond(
-                active, lambda: self.rrs_node(p[lead, t], drafts[:, t], q[:, t], alive, u[t]),
-                lambda: (jnp.int32(-1), law))
-            accepted = active & (winner >= 0)
-            token = drafts[jnp.maximum(winner, 0), t]
-            survivors = alive & (drafts[:, t] == token)
-            alive = jnp.where(accepted, survivors, alive)
-            lead = jnp.where(accepted, jnp.argmax(survivors).astype(jnp.int32), lead)
-            tau = jnp.where(accepted, t + 1, tau).astype(jnp.int32)
-            rejected_all = active & (winner < 0)
-            law = jnp.where(rejected_all, r, law)
-            return (alive, stopped | rejected_all, tau, lead, law), None
-
-        init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), p[0, 0])
-        (_, stopped, tau, lead, law), _ = lax.scan(depth, init, jnp.arange(L))
-        law = jnp.where(stopped, law, p[lead, L])  # bonus after a full block
+        tau, lead, law = survivor_scan(
+            drafts, p, lambda t, lead, alive: self.rrs_node(p[lead, t], drafts[:, t], q[:, t],
+                                                            alive, u[t]),
+            filled=self.filled(drafts, q))
         extra = sample(k_extra, law)
         return emit(drafts[lead], tau, extra, lead), state
+
+
+def survivor_scan(drafts: Int[Array, "K L"], p: Float[Array, "K L+1 V"], node, *,
+                  filled: Bool[Array, "K L"] | None = None
+                  ) -> tuple[Int[Array, ""], Int[Array, ""], Float[Array, " V"]]:
+    """Walk the merged draft tree down the accepted path: (tau, lead draft, law of the extra
+    token).
+
+    At depth t, ``node(t, lead, alive)`` runs one node's rule over the drafts still alive (those
+    sharing the accepted prefix; ``lead`` is the first of them) and returns (the accepted
+    draft, or -1 when every candidate failed; the residual law). An acceptance keeps the drafts
+    whose token equals the accepted one; a full rejection stops the walk with the residual as
+    the correction's law; after depth L - 1 the bonus law is p at the lead's last prefix.
+    ``filled`` drops each draft from the depths it did not draft (STOPPED). The node rule is
+    the verifier's own (SpecInfer's RRS, UniVer's order-statistic RRS); the walk is theirs in
+    common."""
+    K, L = drafts.shape
+
+    def depth(carry, t):
+        alive, stopped, tau, lead, law = carry
+        active = ~stopped
+        if filled is not None:
+            alive = alive & filled[:, t]
+        # cond, not where: unbatched, nodes after the stop cost nothing.
+        winner, r = lax.cond(active, lambda: node(t, lead, alive),
+                             lambda: (jnp.int32(-1), law))
+        accepted = active & (winner >= 0)
+        token = drafts[jnp.maximum(winner, 0), t]
+        survivors = alive & (drafts[:, t] == token)
+        alive = jnp.where(accepted, survivors, alive)
+        lead = jnp.where(accepted, jnp.argmax(survivors).astype(jnp.int32), lead)
+        tau = jnp.where(accepted, t + 1, tau).astype(jnp.int32)
+        rejected_all = active & (winner < 0)
+        law = jnp.where(rejected_all, r, law)
+        return (alive, stopped | rejected_all, tau, lead, law), None
+
+    init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), p[0, 0])
+    (_, stopped, tau, lead, law), _ = lax.scan(depth, init, jnp.arange(L))
+    return tau, lead, jnp.where(stopped, law, p[lead, L])  # bonus after a full block

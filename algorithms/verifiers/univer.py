@@ -71,6 +71,7 @@ from algorithms.verifiers.base import (
 )
 from algorithms.verifiers.multipath_block import exclusive_cumsum
 from algorithms.verifiers.registry import register
+from algorithms.verifiers.specinfer import survivor_scan
 
 ORDERS = ("band", "ratio")
 EDGES = (0.5, 1.0, 2.0)  # band edges of p/q; each edge costs one prefix sum per level
@@ -190,25 +191,8 @@ class UniVerVerifier:
         K, L, _ = validate_inputs(self, drafts, q, p)
         k_coin, k_extra = jax.random.split(key)
         u = jax.random.uniform(k_coin, (L, K))
-
-        def depth(carry, t):
-            alive, stopped, tau, lead, law = carry
-            active = ~stopped
-            winner, r = lax.cond(
-                active, lambda: self.node(p[lead, t], q[lead, t], drafts[:, t], alive, u[t]),
-                lambda: (jnp.int32(-1), law))
-            accepted = active & (winner >= 0)
-            token = drafts[jnp.maximum(winner, 0), t]
-            survivors = alive & (drafts[:, t] == token)
-            alive = jnp.where(accepted, survivors, alive)
-            lead = jnp.where(accepted, jnp.argmax(survivors).astype(jnp.int32), lead)
-            tau = jnp.where(accepted, t + 1, tau).astype(jnp.int32)
-            rejected_all = active & (winner < 0)
-            law = jnp.where(rejected_all, r, law)
-            return (alive, stopped | rejected_all, tau, lead, law), None
-
-        init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), p[0, 0])
-        (_, stopped, tau, lead, law), _ = lax.scan(depth, init, jnp.arange(L))
-        law = jnp.where(stopped, law, p[lead, L])  # bonus after a full block
+        tau, lead, law = survivor_scan(
+            drafts, p, lambda t, lead, alive: self.node(p[lead, t], q[lead, t], drafts[:, t],
+                                                        alive, u[t]))
         extra = sample(k_extra, law)
         return emit(drafts[lead], tau, extra, lead), state

@@ -20,8 +20,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
+from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Int
 
+from algorithms.verifiers.base import ReadsOut, Verifier
+from specjax.drafters.base import Drafter
 from specjax.models.passes import commit_path, decode, prefill, score_tree, trie
 from specjax.models.sampling import Sampling
 
@@ -64,16 +67,16 @@ def nonfinite_logits(logits: Array) -> Bool[Array, ""]:
 class DecodeLoop:
     """Static description of one compiled decode loop (hashable → jit static argument)."""
 
-    target_graph: Any
-    draft_graph: Any  # None for model-free drafters and autoregressive decoding
-    drafter: Any  # a Drafter, or None = autoregressive
-    verifier: Any
+    target_graph: nnx.GraphDef
+    draft_graph: nnx.GraphDef | None  # None for model-free drafters and autoregressive decoding
+    drafter: Drafter | None  # None = autoregressive
+    verifier: Verifier | None  # None exactly when drafter is
     sampling: Sampling
     vocab_size: int
     eos_ids: tuple[int, ...]
     max_new_tokens: int
     prompt_pad: int
-    mesh: Any = None  # a (data, model) Mesh (``specjax.decode.parallel``); None = one device
+    mesh: Mesh | None = None  # (data, model) axes (``specjax.decode.parallel``); None = one device
     # Every row holds the same prompt (n samples of one prompt: audits, best-of-n): prefill it
     # once and broadcast the state, instead of B identical prefills (``run``).
     shared_prompt: bool = False
@@ -102,10 +105,9 @@ class DecodeLoop:
 
     @property
     def target_features(self) -> bool:
-        """The drafter reads the target's features (EAGLE, Medusa): prefill and the tree pass
-        also return them and ``init_state`` / ``update`` get ``features=``. Static; every other
-        drafter compiles the same loop as before."""
-        return bool(getattr(self.drafter, "target_features", False))
+        """The drafter reads the target's features (``Drafter.target_features``): prefill and
+        the tree pass also return them and ``init_state`` / ``update`` get ``features=``."""
+        return self.drafter is not None and self.drafter.target_features
 
     # --- per sequence -----------------------------------------------------------------------------
     def init(self, target, dmodel, prompt: Int[Array, " P"], length: Int[Array, ""],
@@ -271,10 +273,10 @@ class DecodeLoop:
             return ~jnp.all(st.done)
 
         st = jax.lax.while_loop(cond, lambda st: self.shard(self.body(target, dmodel, st)), state)
-        # A measurement probe wrapped around the verifier (``specjax.eval.root_bound``) returns what
-        # it summed in the verifier state; without one nothing is added.
-        readout = getattr(self.verifier, "readout", None)
-        extra = readout(st.verifier_state) if readout is not None else {}
+        # A verifier that measures (``ReadsOut``, e.g. ``specjax.eval.root_bound``) adds what it
+        # summed in its state to the counters.
+        extra = (self.verifier.readout(st.verifier_state) if isinstance(self.verifier, ReadsOut)
+                 else {})
         return extra | dict(history=st.history, n=st.n, prompt_len=st.prompt_len,
                             target_calls=st.steps,
                             drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,

@@ -10,10 +10,12 @@ Drafters are frozen, hashable dataclasses (static under jit). What runs on devic
 passes its state through jit, merges it and hands it back to ``init_state``/``propose``/``update``
 as ``model``. Per-sequence drafter state (e.g. a draft KV cache) is a pytree the engine threads.
 
-Each drafter also declares its draft structure: IID when its K drafts are independent draws from
-the q it reports (draft model, early exit), DETERMINISTIC when they are fixed functions of the
-context with one-hot q (prompt lookup). Verifiers are lossless only for the structures they list,
-so the pairing is checked (``algorithms.verifiers.check_pairing``) before anything compiles.
+Each drafter also declares its draft structure (``algorithms.verifiers.base``): IID when its K
+drafts are independent draws from the q it reports (draft model, early exit, EAGLE, Medusa),
+DETERMINISTIC when they are fixed functions of the context with one-hot q (prompt lookup), GREEDY
+for Hu et al.'s greedy multi-drafting, STOPPED when each draft may end before L (adaptive length,
+dynamic tree). Verifiers are lossless only for the structures they list, so the pairing is
+checked (``algorithms.verifiers.check_pairing``) before anything compiles.
 """
 
 from __future__ import annotations
@@ -32,9 +34,13 @@ PyTree = Any
 class Drafter(Protocol):
     K: int
     L: int
-    # How the K drafts relate (``algorithms.verifiers.base``: IID or DETERMINISTIC). A class-level
-    # fact the engine checks against the verifier's ``draft_structures`` before compiling.
+    # How the K drafts relate (``algorithms.verifiers.base.DRAFT_STRUCTURES``: IID,
+    # DETERMINISTIC, GREEDY or STOPPED). A class-level fact the engine checks against the
+    # verifier's ``draft_structures`` before compiling.
     draft_structure: ClassVar[str]
+    # The drafter reads the target's hidden features (EAGLE, Medusa): the loop then has prefill
+    # and the tree pass return them, and passes ``features=`` to ``init_state`` and ``update``.
+    target_features: ClassVar[bool]
 
     def module(self, target, draft) -> Any:
         """The nnx module run on device (None for model-free drafters); validates inputs."""
@@ -65,6 +71,7 @@ class BlockShape:
 
     K: int = 1
     L: int = 4
+    target_features: ClassVar[bool] = False  # ``Drafter.target_features``
 
     def __post_init__(self):
         name = type(self).__name__

@@ -22,7 +22,7 @@ from algorithms.verifiers.base import IID
 from specjax.drafters import runs
 from specjax.drafters.base import BlockShape
 from specjax.models.config import ModelConfig
-from specjax.models.decoder import Decoder
+from specjax.models.decoder import Decoder, head_logits
 from specjax.models.layers import weight_shapes
 
 
@@ -55,7 +55,7 @@ class TargetReadout(nnx.Module):
             raise ValueError("eagle / medusa drafters read the target's embedding and head as "
                              f"float32; this target was loaded with weights="
                              f"{target.weight_format!r} (load it with weights='float32')")
-        self.weight_format = target.weight_format  # read by Decoder.read_out
+        self.weight_format = target.weight_format
         self.config = target.config
         self.embed = target.embed
         self.lm_head = target.lm_head
@@ -73,7 +73,9 @@ class TargetReadout(nnx.Module):
 
     def __call__(self, h: Float[Array, "*N D"], *, differentiable: bool = False):
         if self.subset is None:
-            return Decoder.read_out(self, h, differentiable=differentiable)
+            return head_logits(h, config=self.config, weight_format=self.weight_format,
+                               embed=self.embed, lm_head=self.lm_head,
+                               differentiable=differentiable)
         sub = jnp.einsum("...d,nd->...n", h, self.sub_head[...])
         full = jnp.full((*h.shape[:-1], self.config.vocab_size), -jnp.inf, sub.dtype)
         return full.at[..., self.subset[...]].set(sub)

@@ -84,6 +84,27 @@ def _tied_head_vmap(axis_size, in_batched, x, embed):
     return out.reshape(*x.shape[:-1], out.shape[-1]), True
 
 
+def head_logits(h: Float[Array, "*N D"], *, config: ModelConfig, weight_format: str, embed,
+                lm_head, kernel_head: Int8Weight | F32Weight | None = None,
+                differentiable: bool = False) -> Float[Array, "*N V"]:
+    """Logits from normed features through a head: the CPU kernel's ``kernel_head`` when there
+    is one, else XLA's contraction with the tied ``embed`` (its rows, no transposed copy) or
+    ``lm_head``. ``tied_head``'s custom_vmap has no reverse-mode rule, so training
+    (``differentiable=True``) takes a plain contraction with the same result. Shared by the
+    decoder and by drafters that read a target's head (``drafters.trained.TargetReadout``)."""
+    if kernel_head is not None and not differentiable:
+        out = linear(h.reshape(-1, h.shape[-1]), kernel_head)
+        return out.reshape(*h.shape[:-1], out.shape[-1])
+    if weight_format != "float32":
+        raise ValueError("training reads a float32 target's head; this target was "
+                         f"loaded with weights={weight_format!r}")
+    if config.tie_embeddings:
+        if differentiable:
+            return jnp.einsum("...d,vd->...v", h, embed[...])
+        return tied_head(h, embed[...])
+    return h @ lm_head[...]
+
+
 @struct.dataclass
 class KVCache:
     k: tuple  # per layer: committed keys [KV, max_len, hd]
@@ -179,13 +200,24 @@ class Decoder(nnx.Module):
                 f"early-exit layer count must be in [1, {config.num_layers}], "
                 f"got {self.active_layers}"
             )
-        if isinstance(weights, Decoder):  # share, never copy
-            self.embed, self.final_norm = weights.embed, weights.final_norm
-            self.lm_head, self.layers = weights.lm_head, weights.layers
-            self.embed_scale, self.lm_head_scale = weights.embed_scale, weights.lm_head_scale
-            self.weight_format, self.packed = weights.weight_format, weights.packed
-            self.packed_head = weights.packed_head
-            return
+        if isinstance(weights, Decoder):
+            self._share_weights(weights)
+        else:
+            self._convert_weights(weights, weight_format, packed)
+
+    def _share_weights(self, other: Decoder) -> None:
+        """Hold ``other``'s arrays themselves, never copies (an early exit of ``other``)."""
+        self.embed, self.final_norm = other.embed, other.final_norm
+        self.lm_head, self.layers = other.lm_head, other.layers
+        self.embed_scale, self.lm_head_scale = other.embed_scale, other.lm_head_scale
+        self.weight_format, self.packed = other.weight_format, other.packed
+        self.packed_head = other.packed_head
+
+    def _convert_weights(self, weights: dict, weight_format: str, packed: bool | None) -> None:
+        """The canonical float32 dict into this decoder's format: per-layer arrays, int8 or
+        packed matmuls, the head as the kernel reads it. Entries are popped as they are
+        converted, so a NumPy tensor and its device copy are never both fully alive."""
+        config = self.config
         self.weight_format = weight_format
         int8 = weight_format == "int8"
         if packed is None:
@@ -203,7 +235,6 @@ class Decoder(nnx.Module):
                 )
         per_layer = [{} for _ in range(config.num_layers)]
         convert = quantize if int8 else pack_float32 if self.packed else None
-        # Pop as we go: a NumPy tensor and its device copy are never both fully alive.
         for fused, names in FUSED.items() if convert is not None else ():
             parts = [weights.pop(name) for name in names]
             for i, layer in enumerate(per_layer):
@@ -277,20 +308,10 @@ class Decoder(nnx.Module):
 
     def read_out(self, h: Float[Array, "N D"], *, differentiable: bool = False
                  ) -> Float[Array, "N V"]:
-        """Logits from normed features. ``tied_head``'s custom_vmap has no reverse-mode rule, so
-        training (``differentiable=True``) takes a plain contraction with the same result."""
-        head = Decoder.kernel_head(self)  # also called on TargetReadout (eagle), a float32 head
-        if head is not None and not differentiable:
-            out = linear(h.reshape(-1, h.shape[-1]), head)
-            return out.reshape(*h.shape[:-1], out.shape[-1])
-        if self.weight_format != "float32":
-            raise ValueError("training reads a float32 target's head; this target was "
-                             f"loaded with weights={self.weight_format!r}")
-        if self.config.tie_embeddings:  # contract with embed's rows: no transposed copy
-            if differentiable:
-                return jnp.einsum("...d,vd->...v", h, self.embed[...])
-            return tied_head(h, self.embed[...])
-        return h @ self.lm_head[...]
+        """Logits from normed features (``head_logits`` with this decoder's head)."""
+        return head_logits(h, config=self.config, weight_format=self.weight_format,
+                           embed=self.embed, lm_head=self.lm_head,
+                           kernel_head=self.kernel_head(), differentiable=differentiable)
 
     def kernel_head(self) -> Int8Weight | F32Weight | None:
         """The head as the CPU kernel multiplies it: int8 (the embedding's rows when tied, else
@@ -299,8 +320,8 @@ class Decoder(nnx.Module):
             if self.config.tie_embeddings:
                 return Int8Weight(self.embed[...], self.embed_scale[...])
             return Int8Weight(self.lm_head[...], self.lm_head_scale[...])
-        packed = getattr(self, "packed_head", None)  # TargetReadout has none
-        return None if packed is None else F32Weight(packed[...], self.vocab_size)
+        return None if self.packed_head is None else F32Weight(self.packed_head[...],
+                                                                 self.vocab_size)
 
     def embed_rows(self, tokens: Int[Array, "..."]) -> Float[Array, "... D"]:
         """Input embeddings of ``tokens`` (dequantized rows of an int8 tied table)."""

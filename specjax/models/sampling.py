@@ -67,9 +67,3 @@ class Sampling:
             probs = jnp.where(keep, probs, 0.0)
             probs = probs / probs.sum(-1, keepdims=True)
         return probs
-
-
-def law(logits: Float[Array, "*B V"], temperature: float = 1.0, top_k: int = 0,
-        top_p: float = 1.0) -> Float[Array, "*B V"]:
-    """Functional form of :class:`Sampling`."""
-    return Sampling(temperature=temperature, top_k=top_k, top_p=top_p)(logits)

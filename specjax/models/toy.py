@@ -206,7 +206,6 @@ class ToyLoaded:
         return self.model.sequence_law(prompt, n, transform)
 
 
-TOY_NAMES = ("toy-target", "toy-draft")
 #: Context order of the named toys: the law reads the last 3 tokens, so a KV-cache error two
 #: tokens back (not only at the pending token's neighbour) changes the law at T > 0 too.
 #: Tables have (V+1)^3 rows: 125 at V=4, 729 at V=8.

@@ -42,7 +42,7 @@ def test_api_cli_and_training_all_resolve_names_in_the_registry(monkeypatch):
         return registry.load_tiny("tiny-llama")
 
     monkeypatch.setitem(registry.PREFIXES, "fake-", fake)
-    assert isinstance(api._resolve_model("fake-api", "target").model, Decoder)
+    assert isinstance(api._resolve_model("fake-api").model, Decoder)
     assert isinstance(run._load("fake-cli").model, Decoder)
     assert isinstance(load_target("fake-train").model, Decoder)
     assert loaded == ["fake-api", "fake-cli", "fake-train"]

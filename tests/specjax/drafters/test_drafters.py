@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from exactness import np_law  # the float64 law after temperature / top-k
 
 from algorithms.verifiers.base import Verdict
 from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter, get_drafter
@@ -62,15 +63,6 @@ def test_ngram_q_is_one_hot_on_the_drafts():
 
 
 # --- model drafters ---------------------------------------------------------------------------
-
-
-def np_law(p, temperature, top_k):
-    if temperature == 0:
-        return np.eye(len(p))[np.argmax(p)]
-    w = p ** (1.0 / temperature)
-    if top_k:
-        w = np.where(w >= np.sort(w)[-top_k], w, 0.0)
-    return w / w.sum()
 
 
 def check_q_matches_law(model, drafter, history, steps, sampling, seed=0):

@@ -1,6 +1,6 @@
 """Regenerate tokenizer_goldens.json, cross-checked against an independent slow BPE.
 
-    python tests/specjax/models/goldens/make_tokenizer_goldens.py [--models smollm2-135m-instruct ...]
+    python tests/specjax/models/goldens/make_tokenizer_goldens.py [--models NAME ...]
 
 For each model the strings below are encoded twice: by ``GGUFTokenizer`` (HF ``tokenizers``
 built from GGUF metadata) and by ``reference_encode`` in this file, a from-scratch pure-Python
