@@ -64,11 +64,22 @@ def _load(name: str, weights: str = "float32"):
     return specjax.load_model(name, weights=weights)
 
 
+def weights_of(cfg: DictConfig) -> str:
+    """``model.weights``, else the device's default (``specjax.registry.default_weights``:
+    float32 on the CPU, bfloat16 on an accelerator); the toys are float32 tables."""
+    from specjax.registry import PREFIXES, default_weights
+
+    if cfg.model.get("weights"):
+        return cfg.model.weights
+    toy = any(str(cfg.model.target).startswith(p) for p in PREFIXES)
+    return "float32" if toy else default_weights()
+
+
 def draft_weights_of(cfg: DictConfig) -> str:
-    """``model.draft_weights``, else the target's ``model.weights``: any draft is exact, since
-    the verifier sees the q it sampled from, so a cheaper int8 draft beside a float32 target
-    changes only the speed."""
-    return cfg.model.get("draft_weights") or cfg.model.get("weights", "float32")
+    """``model.draft_weights``, else the target's weights: any draft is exact, since the
+    verifier sees the q it sampled from, so a cheaper int8 draft beside a float32 target changes
+    only the speed."""
+    return cfg.model.get("draft_weights") or weights_of(cfg)
 
 
 def _load_models(cfg: DictConfig, drafter):
@@ -77,7 +88,7 @@ def _load_models(cfg: DictConfig, drafter):
 
     needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
-        target = _load(cfg.model.target, cfg.model.get("weights", "float32"))
+        target = _load(cfg.model.target, weights_of(cfg))
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
@@ -85,7 +96,7 @@ def _load_models(cfg: DictConfig, drafter):
     if needs_draft and cfg.model.get("draft"):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
-                     and draft_weights == cfg.model.get("weights", "float32")
+                     and draft_weights == weights_of(cfg)
                      else _load(cfg.model.draft, draft_weights))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
@@ -167,7 +178,7 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
-                  "weights": cfg.model.get("weights", "float32"),
+                  "weights": weights_of(cfg),
                   "draft_weights": draft_weights_of(cfg) if draft else None},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,

@@ -105,20 +105,21 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("sampling.top_p", f"must be in (0, 1] (1 = off), got {top_p}")
     from specjax.models.quant import WEIGHT_FORMATS
 
-    weights = cfg.model.get("weights", "float32")
-    if weights not in WEIGHT_FORMATS:
+    weights = cfg.model.get("weights")
+    if weights is not None and weights not in WEIGHT_FORMATS:
         raise ConfigError("model.weights", f"unknown weight format {weights!r}; allowed: "
-                          f"{', '.join(WEIGHT_FORMATS)}")
-    if weights != "float32" and str(_get(cfg, "model.target")).startswith("toy"):
-        raise ConfigError("model.weights", f"weights={weights} applies to the GGUF models; "
-                          "the toy models are exact float tables (use float32)")
+                          f"{', '.join(WEIGHT_FORMATS)} (or null: the device's default)")
+    if weights not in (None, "float32") and str(_get(cfg, "model.target")).startswith("toy"):
+        raise ConfigError("model.weights", f"weights={weights} applies to the GGUF and Hugging "
+                          "Face models; the toy models are exact float tables (use float32)")
     draft_weights = cfg.model.get("draft_weights")
     if draft_weights is not None and draft_weights not in WEIGHT_FORMATS:
         raise ConfigError("model.draft_weights", f"unknown weight format {draft_weights!r}; "
                           f"allowed: {', '.join(WEIGHT_FORMATS)} (or null: the target's)")
     if draft_weights not in (None, "float32") and str(cfg.model.get("draft")).startswith("toy"):
         raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
-                          "the GGUF models; the toy models are exact float tables")
+                          "the GGUF and Hugging Face models; the toy models are exact float "
+                          "tables")
     from specjax.prompts import SUITES
 
     if cfg.dataset.suite not in SUITES:
@@ -181,13 +182,16 @@ def check_pairing(cfg: DictConfig, drafter, verifier) -> None:
 
 
 def check_models(target, draft, needs_draft: bool) -> None:
-    """The model drafter proposes token ids of the target's vocabulary: sizes must agree."""
+    """The model drafter proposes token ids of the target's vocabulary: logits widths and
+    tokenizers must agree (``specjax.models.loader.check_pair``)."""
     if not needs_draft:
         return
     if draft is None:
         raise ConfigError("model.draft", "drafter=model needs a draft model; set model.draft "
                           "or use drafter=ngram / drafter=early_exit")
-    if draft.vocab_size != target.vocab_size:
-        raise ConfigError("model.draft", f"{draft.name!r} has vocab_size={draft.vocab_size} but "
-                          f"the target {target.name!r} has {target.vocab_size}; the draft must "
-                          "share the target's tokenizer")
+    from specjax.models.loader import check_pair
+
+    try:
+        check_pair(target, draft)
+    except ValueError as e:
+        raise ConfigError("model.draft", str(e)) from None

@@ -4,21 +4,30 @@ The API (``specjax.generate``), the CLI (``specjax-run``) and training (``specja
 resolve names here. A name is one of:
 
 - a GGUF model in ``MODEL_NAMES`` (``specjax.models.loader.load_gguf``: downloaded once, then
-  cached; the only kind ``weights="int8"`` and ``packed`` apply to);
+  cached), or the path of a local ``.gguf`` file of a supported architecture;
+- a Hugging Face checkpoint: a local directory (``config.json``, ``*.safetensors``,
+  ``tokenizer.json``), or a hub id (``org/name``) already in the local Hugging Face cache, never
+  downloaded (``specjax.models.hf``);
 - ``toy-target`` / ``toy-draft`` (optionally ``-v<V>``): tabular models with an exactly known
   law (``specjax.models.toy``);
 - ``tiny-<preset>`` (``tiny-llama``, ``tiny-qwen2``): a random tiny ``Decoder``, the real code
   path at test size;
 - ``family/<target>/d<D>-l<layers>``: a trained draft-family decoder (``specjax-train
   drafter=family``; ``specjax.drafters.family``).
+
+``weights`` (float32, bfloat16, float16, int8) applies to the real models (GGUF and Hugging
+Face); None is the device's default: float32 on the CPU, bfloat16 on an accelerator.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from specjax.drafters.family import load_family
 from specjax.models.config import tiny_config
 from specjax.models.decoder import Decoder
-from specjax.models.loader import MODEL_NAMES, LoadedModel, load_gguf
+from specjax.models.hf import find_checkpoint
+from specjax.models.loader import MODEL_NAMES, LoadedModel, load_gguf, load_hf
 from specjax.models.quant import WEIGHT_FORMATS
 from specjax.models.toy import ToyLoaded, load_toy
 
@@ -38,32 +47,46 @@ PREFIXES = {
 }
 
 
-def load_model(name: str, cache_dir=None, weights: str = "float32",
+def default_weights() -> str:
+    """The weight format a real model loads in when none is asked for: float32 where the CPU
+    kernels run, bfloat16 on an accelerator (half the bytes a decode step reads)."""
+    import jax
+
+    return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+
+
+def load_model(name: str, cache_dir=None, weights: str | None = None,
                packed: bool | None = None) -> LoadedModel | ToyLoaded:
     """The model called ``name`` (see the module doc for the names).
 
-    ``weights="int8"`` quantizes a GGUF model's matmul weights at load (``models.quant``):
-    faster decode on CPU, a slightly different target law. ``packed`` (float32 GGUF models):
-    the layer matmuls in the CPU kernel's layout; ``None`` = on the CPU backend
-    (``Decoder``), ``False`` keeps XLA's dot (benchmarks compare the two).
+    ``weights="int8"`` quantizes a real model's matmul weights at load (``models.quant``):
+    faster decode on CPU, a slightly different target law; ``"bfloat16"`` / ``"float16"`` store
+    them in that dtype. ``packed`` (float32 models): the layer matmuls in the CPU kernel's
+    layout; ``None`` = on the CPU backend (``Decoder``), ``False`` keeps XLA's dot (benchmarks
+    compare the two).
     """
     if not isinstance(name, str):
         raise ValueError(f"load_model: name must be a str, got {type(name).__name__}")
-    if weights not in WEIGHT_FORMATS:
+    if weights is not None and weights not in WEIGHT_FORMATS:
         raise ValueError(f"load_model: weights must be one of {list(WEIGHT_FORMATS)}, "
                          f"got {weights!r}")
     prefix = next((p for p in PREFIXES if name.startswith(p)), None)
     if prefix is not None:
-        if weights != "float32":
-            raise ValueError(f"load_model: weights={weights!r} applies to the GGUF models "
-                             f"{list(MODEL_NAMES)} only, not {name!r}")
+        if weights not in (None, "float32"):
+            raise ValueError(f"load_model: weights={weights!r} applies to the GGUF and Hugging "
+                             f"Face models only (e.g. {list(MODEL_NAMES)}), not {name!r}")
         return PREFIXES[prefix](name, cache_dir)
-    if name not in MODEL_NAMES:
-        raise ValueError(
-            f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)} "
-            f"or a name starting with {', '.join(repr(p) for p in PREFIXES)} (e.g. toy-target, "
-            "toy-draft, tiny-llama)")
-    return load_gguf(name, cache_dir, weights=weights, packed=packed)
+    weights = weights or default_weights()
+    if name in MODEL_NAMES or (name.endswith(".gguf") and Path(name).expanduser().is_file()):
+        return load_gguf(name, cache_dir, weights=weights, packed=packed)
+    checkpoint = find_checkpoint(name)
+    if checkpoint is not None:
+        return load_hf(checkpoint, name, weights=weights, packed=packed)
+    raise ValueError(
+        f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)}, a local .gguf "
+        "file, a Hugging Face checkpoint directory or a hub id in the local HF cache, or a name "
+        f"starting with {', '.join(repr(p) for p in PREFIXES)} (e.g. toy-target, toy-draft, "
+        "tiny-llama)")
 
 
-__all__ = ["MODEL_NAMES", "PREFIXES", "load_model", "load_tiny"]
+__all__ = ["MODEL_NAMES", "PREFIXES", "default_weights", "load_model", "load_tiny"]

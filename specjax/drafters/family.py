@@ -18,7 +18,7 @@ from specjax.drafters.trained import layer_weights
 from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
 from specjax.models.loader import LoadedModel
-from specjax.models.tokenizer import GGUFTokenizer
+from specjax.models.tokenizer import ChatTokenizer
 from specjax.models.toy import ToyLoaded
 from specjax.platform.assets import fetch
 
@@ -75,5 +75,5 @@ def load_family(name: str, cache_dir=None):
     runs.restore_params(run, model)
     if target_name.startswith("tiny-"):
         return ToyLoaded(name=name, model=model, eos_ids=target_config.eos_ids)
-    tokenizer = GGUFTokenizer.from_gguf(fetch(target_name, cache_dir))
+    tokenizer = ChatTokenizer.from_gguf(fetch(target_name, cache_dir))
     return LoadedModel(name, model.config, model, tokenizer)

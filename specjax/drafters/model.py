@@ -26,14 +26,9 @@ from jaxtyping import Array, Float, Int
 
 from algorithms.verifiers.base import IID, Verdict, sample
 from specjax.drafters.base import BlockShape
+from specjax.models.loader import check_pair
 from specjax.models.passes import prefill
 from specjax.models.sampling import Sampling
-
-
-def _check_vocab(name: str, target, draft) -> None:
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"{name}: draft vocab_size={draft.vocab_size} must equal the target's "
-                         f"vocab_size={target.vocab_size} (the draft must share the tokenizer)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +40,10 @@ class ModelDrafter(BlockShape):
     def module(self, target, draft):
         if draft is None:
             raise ValueError("drafter: ModelDrafter needs a draft model (pass draft=...)")
-        _check_vocab(type(self).__name__, target, draft)
+        try:
+            check_pair(target, draft)
+        except ValueError as e:
+            raise ValueError(f"{type(self).__name__}: {e}") from None
         if self.draft_vocab is None:
             return draft.model
         from specjax.drafters.vocab_cut import VocabCut, kept_ids

@@ -1,4 +1,5 @@
-"""Hyperparameters of the decoder family (Llama / Qwen2 / SmolLM), and tiny presets for tests.
+"""Hyperparameters of the decoder family (Llama / Qwen2 / Qwen3 / Mistral / SmolLM), and tiny
+presets for tests.
 
 The field names are the canonical dict that the GGUF reader
 (``specjax.models.gguf_weights.read_gguf``) produces, so a real model is ``ModelConfig(**hparams)``.
@@ -11,8 +12,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-ARCHS = ("llama", "qwen2", "gemma3")
-IMPLEMENTED_ARCHS = ("llama", "qwen2")  # gemma3 is accepted by the config, not yet by the decoder
+ARCHS = ("llama", "qwen2", "qwen3", "mistral", "gemma3")
+# gemma3 is accepted by the config, not yet by the decoder
+IMPLEMENTED_ARCHS = ("llama", "qwen2", "qwen3", "mistral")
+#: RoPE frequency rules: HF ``rope_scaling.rope_type`` values the decoder computes.
+ROPE_TYPES = ("default", "linear", "llama3")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +32,10 @@ class ModelConfig:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-5
     qkv_bias: bool = False
+    qk_norm: bool = False  # Qwen3: an RMSNorm over each head's q and k, before RoPE
+    # HF ``rope_scaling`` as sorted (key, value) pairs (hashable: a static jit argument);
+    # () = the plain theta^(-2i/hd) frequencies. ``rope_frequencies`` reads it.
+    rope_scaling: tuple[tuple[str, float | str], ...] = ()
     tie_embeddings: bool = True
     context_length: int = 2048
     bos_id: int | None = None
@@ -62,6 +70,12 @@ class ModelConfig:
             raise ValueError(f"config.rms_eps must be > 0, got {self.rms_eps}")
         # Lists from JSON/YAML become tuples so the config stays hashable (a static jit argument).
         object.__setattr__(self, "eos_ids", tuple(int(i) for i in self.eos_ids))
+        scaling = dict(self.rope_scaling)
+        rope_type = scaling.get("rope_type", "default")
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"config.rope_scaling: rope_type {rope_type!r} is not implemented; "
+                             f"allowed: {ROPE_TYPES}")
+        object.__setattr__(self, "rope_scaling", tuple(sorted(scaling.items())))
         object.__setattr__(self, "rope_theta", float(self.rope_theta))
         object.__setattr__(self, "rms_eps", float(self.rms_eps))
 
@@ -73,6 +87,8 @@ class ModelConfig:
         per_layer = D * (q + 2 * kv) + q * D + 3 * D * F + 2 * D
         if self.qkv_bias:
             per_layer += q + 2 * kv
+        if self.qk_norm:
+            per_layer += 2 * hd
         head = 0 if self.tie_embeddings else D * self.vocab_size
         return self.vocab_size * D + self.num_layers * per_layer + D + head
 

@@ -46,6 +46,7 @@ from specjax.models.layers import (
     weight_shapes,
 )
 from specjax.models.quant import (
+    LOW_PRECISION,
     WEIGHT_FORMATS,
     F32Weight,
     Int8Weight,
@@ -62,6 +63,10 @@ def _rows_times_embed(x: Float[Array, "R D"], embed: Float[Array, "V D"]) -> Flo
     # (benchmarks/decode_speed.py; 124-139 ms vs 19.5 ms at V=49,152): pad to 8.
     R = x.shape[0]
     pad = 8 - R if 2 <= R < 8 else 0
+    if embed.dtype != jnp.float32:  # a low-precision table: round x to it, accumulate float32
+        out = jax.lax.dot_general(jnp.pad(x, ((0, pad), (0, 0))).astype(embed.dtype), embed,
+                                  (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        return out[:R]
     out = jax.lax.dot_general(jnp.pad(x, ((0, pad), (0, 0))), embed, (((1,), (1,)), ((), ())))
     return out[:R]
 
@@ -95,14 +100,14 @@ def head_logits(h: Float[Array, "*N D"], *, config: ModelConfig, weight_format: 
     if kernel_head is not None and not differentiable:
         out = linear(h.reshape(-1, h.shape[-1]), kernel_head)
         return out.reshape(*h.shape[:-1], out.shape[-1])
-    if weight_format != "float32":
+    if differentiable and weight_format != "float32":
         raise ValueError("training reads a float32 target's head; this target was "
                          f"loaded with weights={weight_format!r}")
     if config.tie_embeddings:
         if differentiable:
             return jnp.einsum("...d,vd->...v", h, embed[...])
         return tied_head(h, embed[...])
-    return h @ lm_head[...]
+    return linear(h, lm_head[...])
 
 
 @struct.dataclass
@@ -142,7 +147,8 @@ class DecoderLayer(nnx.Module):
                 spec = TENSOR_PARALLEL[name]  # packed [out/32, in, 32]: flip the split
                 value.set_metadata(out_sharding=(spec[1], spec[0], None))
             elif value is not None and not isinstance(value, nnx.Param):
-                value = nnx.Param(jnp.asarray(value, dtype=jnp.float32))
+                low = isinstance(value, jax.Array) and value.dtype in (jnp.bfloat16, jnp.float16)
+                value = nnx.Param(value if low else jnp.asarray(value, dtype=jnp.float32))
             if value is not None and scale is None and out is None and name in TENSOR_PARALLEL:
                 value.set_metadata(out_sharding=TENSOR_PARALLEL[name])  # nnx.get_partition_spec
             setattr(self, name, value)
@@ -173,16 +179,18 @@ class Decoder(nnx.Module):
                  active_layers: int | None = None, weight_format: str = "float32",
                  packed: bool | None = False):
         """``weights``: the canonical stacked dict (``layers.weight_shapes``; entries are popped
-        as they are converted), or a ``Decoder`` whose weights this one shares (early exit).
-        ``weight_format="int8"`` quantizes every matmul weight and the head (``quant``); the
-        norms, biases and an untied input embedding stay float32. ``packed``: float32 layer
-        matmuls stored for the CPU kernel (``quant.F32Weight``) rather than as XLA's ``[in,
-        out]`` arrays, and the head kept a second time, packed (``packed_head``; the original
-        stays for lookups, EAGLE / Medusa and training, which need its gradient: +V x D x 4
-        bytes of memory, no more bytes read per pass). ``None`` packs when JAX's default
-        backend is the CPU and the kernel builds (``load_model`` does; the same logits up to
-        float32 rounding). Off by default because the kernel has no gradient: decoders that
-        are trained keep XLA's layout."""
+        as they are converted), the same with the layers streamed (``_convert_weights``), or a
+        ``Decoder`` whose weights this one shares (early exit). ``weight_format="int8"`` quantizes
+        every matmul weight and the head (``quant``); the norms, biases and an untied input
+        embedding stay float32. ``"bfloat16"`` / ``"float16"`` store the matmul weights, the
+        embedding and the head in that dtype (products accumulate in float32, ``quant.linear``);
+        norms, biases, activations and the KV cache stay float32. ``packed``: float32 layer matmuls
+        stored for the CPU kernel (``quant.F32Weight``) rather than as XLA's ``[in, out]`` arrays,
+        and the head kept a second time, packed (``packed_head``; the original stays for lookups,
+        EAGLE / Medusa and training, which need its gradient: +V x D x 4 bytes of memory, no more
+        bytes read per pass). ``None`` packs when JAX's default backend is the CPU and the kernel
+        builds (``load_model`` does; the same logits up to float32 rounding). Off by default because
+        the kernel has no gradient: decoders that are trained keep XLA's layout."""
         if weight_format not in WEIGHT_FORMATS:
             raise ValueError(f"weights must be one of {list(WEIGHT_FORMATS)}, "
                              f"got {weight_format!r}")
@@ -214,16 +222,23 @@ class Decoder(nnx.Module):
         self.packed_head = other.packed_head
 
     def _convert_weights(self, weights: dict, weight_format: str, packed: bool | None) -> None:
-        """The canonical float32 dict into this decoder's format: per-layer arrays, int8 or
-        packed matmuls, the head as the kernel reads it. Entries are popped as they are
-        converted, so a NumPy tensor and its device copy are never both fully alive."""
+        """The canonical weights into this decoder's format: per-layer arrays, int8, packed or
+        low-precision matmuls, the head as the kernel reads it. ``weights`` is the stacked dict
+        (``layers.weight_shapes``) or, for readers that stream one layer at a time (Hugging
+        Face checkpoints), the global tensors plus ``"layers"``: an iterable of per-layer dicts
+        without the layer axis. Entries are popped as they are converted, so a NumPy tensor and
+        its device copy are never both fully alive."""
         config = self.config
         self.weight_format = weight_format
         int8 = weight_format == "int8"
         if packed is None:
-            packed = not int8 and jax.default_backend() == "cpu" and kernels.available()
-        self.packed = bool(packed) and not int8
+            packed = weight_format == "float32" and jax.default_backend() == "cpu" and (
+                kernels.available())
+        self.packed = bool(packed) and weight_format == "float32"
         expected = weight_shapes(config)
+        streamed = weights.pop("layers", None)
+        if streamed is not None:
+            expected = {k: v for k, v in expected.items() if k not in LAYER_WEIGHTS}
         missing = sorted(set(expected) - set(weights))
         extra = sorted(set(weights) - set(expected))
         if missing or extra:
@@ -233,23 +248,17 @@ class Decoder(nnx.Module):
                 raise ValueError(
                     f"weights[{name!r}] must have shape {shape}, got {tuple(weights[name].shape)}"
                 )
-        per_layer = [{} for _ in range(config.num_layers)]
-        convert = quantize if int8 else pack_float32 if self.packed else None
-        for fused, names in FUSED.items() if convert is not None else ():
-            parts = [weights.pop(name) for name in names]
-            for i, layer in enumerate(per_layer):
-                layer[fused] = convert(np.concatenate(
-                    [np.asarray(part[i], np.float32) for part in parts], axis=1))
-            del parts
+        fuse = quantize if int8 else pack_float32 if self.packed else None
+        if streamed is not None:
+            per_layer = [self._convert_layer(i, layer, fuse) for i, layer in enumerate(streamed)]
+            if len(per_layer) != config.num_layers:
+                raise ValueError(f"weights: {len(per_layer)} layers, the config has "
+                                 f"{config.num_layers}")
+        else:
+            per_layer = self._convert_stacked_layers(weights, fuse)
         for name in [name for name in expected if name in weights]:
             value = weights.pop(name)
-            if name in LAYER_WEIGHTS:
-                for i, layer in enumerate(per_layer):
-                    if name in QUANTIZED and convert is not None:
-                        layer[name] = convert(value[i])
-                    else:
-                        layer[name] = jnp.asarray(value[i], dtype=jnp.float32)
-            elif int8 and (name == "lm_head" or (name == "embed" and config.tie_embeddings)):
+            if int8 and (name == "lm_head" or (name == "embed" and config.tie_embeddings)):
                 q = quantize(value) if name == "lm_head" else quantize_rows(value)
                 setattr(self, name, nnx.Param(q.q))
                 setattr(self, f"{name}_scale", nnx.Param(q.scale))
@@ -259,7 +268,8 @@ class Decoder(nnx.Module):
                     head = np.asarray(value, np.float32)  # [D, V], or the tied [V, D]
                     self.packed_head = nnx.Param(
                         pack_float32(head.T if name == "embed" else head).w)
-                setattr(self, name, nnx.Param(jnp.asarray(value, dtype=jnp.float32)))
+                dtype = self._dtype if name in ("embed", "lm_head") else jnp.float32
+                setattr(self, name, nnx.Param(jnp.asarray(value, dtype=dtype)))
             else:
                 setattr(self, name, value)
             del value
@@ -269,6 +279,58 @@ class Decoder(nnx.Module):
                 setattr(self, name, None)
         if config.tie_embeddings:
             self.lm_head = None
+
+    @property
+    def _dtype(self):
+        """The storage dtype of plain matmul weights and of the embedding / head."""
+        return jnp.dtype(self.weight_format) if self.weight_format in LOW_PRECISION else (
+            jnp.float32)
+
+    def _matmul_weight(self, value):
+        """One layer matmul as this format stores it (int8 and packed go through ``fuse``)."""
+        if self.weight_format == "int8":
+            return quantize(value)
+        if self.packed:
+            return pack_float32(value)
+        return jnp.asarray(value, dtype=self._dtype)
+
+    def _convert_stacked_layers(self, weights: dict, fuse) -> list[dict]:
+        """Per-layer converted weights from the stacked dict, one weight name at a time."""
+        per_layer = [{} for _ in range(self.config.num_layers)]
+        for fused, names in FUSED.items() if fuse is not None else ():
+            parts = [weights.pop(name) for name in names]
+            for i, layer in enumerate(per_layer):
+                layer[fused] = fuse(np.concatenate(
+                    [np.asarray(part[i], np.float32) for part in parts], axis=1))
+            del parts
+        for name in [name for name in LAYER_WEIGHTS if name in weights]:
+            value = weights.pop(name)
+            for i, layer in enumerate(per_layer):
+                layer[name] = (self._matmul_weight(value[i]) if name in QUANTIZED
+                               else jnp.asarray(value[i], dtype=jnp.float32))
+            del value
+        return per_layer
+
+    def _convert_layer(self, index: int, layer: dict, fuse) -> dict:
+        """One streamed layer (names of ``LAYER_WEIGHTS`` without the layer axis), converted."""
+        expected = {k: v[1:] for k, v in weight_shapes(self.config).items()
+                    if k in LAYER_WEIGHTS}
+        if set(layer) != set(expected):
+            raise ValueError(f"weights: layer {index} has {sorted(layer)}, expected "
+                             f"{sorted(expected)}")
+        for name, shape in expected.items():
+            if tuple(layer[name].shape) != shape:
+                raise ValueError(f"weights: layer {index} {name!r} must have shape {shape}, "
+                                 f"got {tuple(layer[name].shape)}")
+        out = {}
+        for fused, names in FUSED.items() if fuse is not None else ():
+            out[fused] = fuse(np.concatenate([np.asarray(layer.pop(n), np.float32)
+                                              for n in names], axis=1))
+        for name in list(layer):
+            value = layer.pop(name)
+            out[name] = (self._matmul_weight(value) if name in QUANTIZED
+                         else jnp.asarray(value, dtype=jnp.float32))
+        return out
 
     @classmethod
     def from_weights(cls, config: ModelConfig, weights: dict, weight_format: str = "float32",

@@ -127,7 +127,7 @@ def read_gguf(
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Read ``path`` into (canonical hparams, canonical float32 weights); see the module doc.
 
-    Accepts an open ``GGUFFile`` too, so a loader can share one with ``GGUFTokenizer``.
+    Accepts an open ``GGUFFile`` too, so a loader can share one with ``ChatTokenizer``.
     """
     reader = open_gguf(path)
     hp = read_hparams(reader)

@@ -18,9 +18,10 @@ from specjax.models.quant import linear
 
 NEG_INF = float(np.finfo(np.float32).min)
 
-#: The per-layer weights (one array each per layer in the decoder); biases exist for qkv_bias only.
+#: The per-layer weights (one array each per layer in the decoder); biases exist for qkv_bias
+#: only, the per-head q / k norms for qk_norm only.
 LAYER_WEIGHTS = ("wq", "wk", "wv", "wo", "attn_norm", "mlp_norm", "w_gate", "w_up", "w_down",
-                 "bq", "bk", "bv")
+                 "bq", "bk", "bv", "q_norm", "k_norm")
 #: Matmuls that share their input, concatenated along the outputs when the weights are packed
 #: for the CPU kernel (``Decoder``): one call and one weight stream instead of three / two.
 #: The kernel sums each output on its own, so the fused product is bit-identical to the parts.
@@ -54,6 +55,8 @@ def weight_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     }
     if c.qkv_bias:
         shapes |= {"bq": (Lyr, q), "bk": (Lyr, kv), "bv": (Lyr, kv)}
+    if c.qk_norm:
+        shapes |= {"q_norm": (Lyr, c.head_dim), "k_norm": (Lyr, c.head_dim)}
     if not c.tie_embeddings:
         shapes["lm_head"] = (D, V)
     return shapes
@@ -64,13 +67,42 @@ def rms_norm(x: Float[Array, "N D"], weight: Float[Array, " D"], eps: float):
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * weight
 
 
-def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float):
+def rope_frequencies(head_dim: int, theta: float, scaling: tuple = ()) -> np.ndarray:
+    """RoPE's inverse frequencies under an HF ``rope_scaling`` rule, in float32 as HF computes
+    them: "linear" divides them all by ``factor``; "llama3" (Llama 3.1) divides the
+    low-frequency ones (wavelength above ``original_max_position_embeddings / low_freq_factor``)
+    by ``factor``, keeps the high-frequency ones, and blends linearly in between."""
+    inv_freq = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32)
+                                             / np.float32(head_dim)))).astype(np.float32)
+    s = dict(scaling)
+    kind = s.get("rope_type", "default")
+    if kind == "linear":
+        return (inv_freq / np.float32(s["factor"])).astype(np.float32)
+    if kind == "llama3":
+        factor, low, high = (np.float32(s[k]) for k in ("factor", "low_freq_factor",
+                                                         "high_freq_factor"))
+        old = np.float32(s["original_max_position_embeddings"])
+        wavelen = np.float32(2 * np.pi) / inv_freq
+        scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv_freq
+
+
+def rope(x: Float[Array, "N H hd"], positions: Int[Array, " N"], theta: float,
+         scaling: tuple = ()):
     """Rotary embedding (Su et al. 2021, eq. 34), half-split pairing (i, i + hd/2).
 
-    Frequencies theta^(-2i/hd) and angles in float32, as the HF reference computes them.
+    Frequencies theta^(-2i/hd) and angles in float32, as the HF reference computes them;
+    ``scaling`` (``ModelConfig.rope_scaling``) rescales the frequencies (``rope_frequencies``).
     """
     half = x.shape[-1] // 2
-    inv_freq = 1.0 / (theta ** (jnp.arange(0, 2 * half, 2, dtype=jnp.float32) / (2 * half)))
+    if scaling:
+        inv_freq = jnp.asarray(rope_frequencies(2 * half, theta, scaling))
+    else:
+        inv_freq = 1.0 / (theta ** (jnp.arange(0, 2 * half, 2, dtype=jnp.float32) / (2 * half)))
     angle = positions.astype(jnp.float32)[:, None] * inv_freq[None, :]
     cos, sin = jnp.cos(angle)[:, None, :], jnp.sin(angle)[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
@@ -94,13 +126,17 @@ def gate_up_matmuls(h: Float[Array, "N D"], w: dict, matmul=linear) -> tuple:
 
 
 def project_qkv(h: Float[Array, "N D"], w: dict, positions: Int[Array, " N"], c: ModelConfig):
-    """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE)."""
+    """q [N, H, hd] and k, v [N, KV, hd]; RoPE applied to q and k (Qwen2: bias before RoPE;
+    Qwen3: each head's q and k RMS-normed before RoPE)."""
     N = h.shape[0]
     q, k, v = qkv_matmuls(h, w, c)
     if c.qkv_bias:
         q, k, v = q + w["bq"], k + w["bk"], v + w["bv"]
-    q = rope(q.reshape(N, c.num_heads, c.head_dim), positions, c.rope_theta)
-    k = rope(k.reshape(N, c.num_kv_heads, c.head_dim), positions, c.rope_theta)
+    q, k = q.reshape(N, c.num_heads, c.head_dim), k.reshape(N, c.num_kv_heads, c.head_dim)
+    if c.qk_norm:
+        q, k = rms_norm(q, w["q_norm"], c.rms_eps), rms_norm(k, w["k_norm"], c.rms_eps)
+    q = rope(q, positions, c.rope_theta, c.rope_scaling)
+    k = rope(k, positions, c.rope_theta, c.rope_scaling)
     return q, k, v.reshape(N, c.num_kv_heads, c.head_dim)
 
 

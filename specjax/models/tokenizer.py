@@ -1,4 +1,6 @@
-"""Tokenizer rebuilt from GGUF metadata with HF ``tokenizers`` (no hub, no tokenizer.json).
+"""A model's tokenizer and chat template with HF ``tokenizers``: read from a Hugging Face
+checkpoint's ``tokenizer.json`` / ``tokenizer_config.json`` (``ChatTokenizer.from_hf_dir``), or
+rebuilt from GGUF metadata, which holds no tokenizer.json (``ChatTokenizer.from_gguf``).
 
 A GGUF file of a byte-level BPE model ("gpt2" tokenizer model) carries the vocabulary
 (``tokenizer.ggml.tokens``, in byte-to-unicode form), the ranked merges, a token type per id and
@@ -50,8 +52,9 @@ def _build_pre(pre_name: str) -> tuple[Any, Any]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GGUFTokenizer:
-    """Encode/decode and chat formatting for a GGUF model (the model agreement's interface)."""
+class ChatTokenizer:
+    """Encode/decode and chat formatting (the model agreement's interface), whatever file the
+    tokenizer came from."""
 
     tokenizer: Tokenizer
     chat_template: str | None
@@ -62,7 +65,7 @@ class GGUFTokenizer:
     special_tokens: dict[str, str] = field(default_factory=dict)  # bos_token, eos_token, ...
 
     @classmethod
-    def from_gguf(cls, path_or_reader: str | os.PathLike | GGUFFile) -> GGUFTokenizer:
+    def from_gguf(cls, path_or_reader: str | os.PathLike | GGUFFile) -> ChatTokenizer:
         reader = open_gguf(path_or_reader)
         kind = reader.get("tokenizer.ggml.model")
         if kind != "gpt2":
@@ -100,12 +103,65 @@ class GGUFTokenizer:
             special_tokens={k: tokens[int(v)] for k, v in named.items() if v is not None},
         )
 
+    @classmethod
+    def from_hf_dir(cls, path: str | os.PathLike) -> ChatTokenizer:
+        """A Hugging Face checkpoint's ``tokenizer.json``, with ``tokenizer_config.json``'s chat
+        template (or ``chat_template.jinja``, where newer ``transformers`` writes it) and
+        special tokens, and the EOS ids of ``generation_config.json`` and ``config.json``.
+
+        The BOS is whatever the tokenizer's own post-processor prepends to an empty text (Llama
+        3 adds ``<|begin_of_text|>``, Qwen nothing), so ``encode`` adds what ``transformers``
+        adds."""
+        from pathlib import Path
+
+        root = Path(path)
+        if not (root / "tokenizer.json").is_file():
+            raise ValueError(f"model: {root} has no tokenizer.json (the fast-tokenizer file "
+                             "transformers writes with save_pretrained)")
+        tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+        config = _read_json(root / "tokenizer_config.json")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default", next(iter(named.values()), None))
+        if template is None and (root / "chat_template.jinja").is_file():
+            template = (root / "chat_template.jinja").read_text(encoding="utf-8")
+        prefix = tok.encode("", add_special_tokens=True).ids
+        bos = prefix[0] if len(prefix) == 1 else None
+        special = {}
+        for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
+            value = config.get(key)
+            value = value.get("content") if isinstance(value, dict) else value
+            if isinstance(value, str):
+                special[key] = value
+        eos = []
+        for source in (_read_json(root / "generation_config.json"),
+                       _read_json(root / "config.json")):
+            ids = source.get("eos_token_id")
+            eos += [ids] if isinstance(ids, int) else list(ids or [])
+        if "eos_token" in special and tok.token_to_id(special["eos_token"]) is not None:
+            eos.append(tok.token_to_id(special["eos_token"]))
+        special_ids = frozenset(i for i, a in tok.get_added_tokens_decoder().items() if a.special)
+        return cls(tokenizer=tok, chat_template=template, bos_id=bos,
+                   eos_ids=tuple(dict.fromkeys(int(i) for i in eos)),
+                   vocab_size=tok.get_vocab_size(with_added_tokens=True),
+                   special_ids=special_ids, special_tokens=special)
+
+    def vocabulary(self) -> dict[str, int]:
+        """Token string -> id, added tokens included: two models can share drafts only when
+        these agree."""
+        return self.tokenizer.get_vocab(with_added_tokens=True)
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``; special tokens written in the text map to their ids."""
+        """Token ids of ``text``; special tokens written in the text map to their ids. The BOS is
+        added once: not again when the text already starts with it (chat templates such as
+        Llama 3's write it themselves)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return [self.bos_id, *ids] if add_special_tokens and self.bos_id is not None else ids
+        if add_special_tokens and self.bos_id is not None and ids[:1] != [self.bos_id]:
+            return [self.bos_id, *ids]
+        return ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         ids = [int(i) for i in ids]
@@ -119,7 +175,8 @@ class GGUFTokenizer:
     ) -> str:
         """Render ``messages`` ([{"role", "content"}, ...]) with the model's chat template."""
         if self.chat_template is None:
-            raise ValueError("this GGUF file has no tokenizer.chat_template")
+            raise ValueError("this model has no chat template (tokenizer.chat_template in a "
+                             "GGUF file, chat_template in tokenizer_config.json); use chat=false")
         if isinstance(messages, dict | str) or not all(
             isinstance(m, dict) and isinstance(m.get("role"), str) and "content" in m
             for m in messages
@@ -129,6 +186,12 @@ class GGUFTokenizer:
         return _compile(self.chat_template).render(
             messages=list(messages), add_generation_prompt=add_generation_prompt, **context
         )
+
+
+def _read_json(path) -> dict:
+    import json
+
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def _compile(template: str) -> Any:

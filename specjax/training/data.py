@@ -49,7 +49,7 @@ class ByteTokenizer:
 
 def tokenizer_of(target):
     tok = getattr(target, "tokenizer", None)
-    if tok is not None and hasattr(tok, "tokenizer"):  # GGUFTokenizer (HF tokenizers inside)
+    if tok is not None and hasattr(tok, "tokenizer"):  # ChatTokenizer (HF tokenizers inside)
         return tok
     return ByteTokenizer(int(target.vocab_size))
 

@@ -20,7 +20,7 @@ def test_each_kind_of_name_loads():
 
 @pytest.mark.parametrize("name, weights, match", [
     ("gpt-2", "float32", r"unknown model name='gpt-2'.*'toy', 'tiny-', 'family/'"),
-    ("tiny-llama", "int8", "applies to the GGUF models"),
+    ("tiny-llama", "int8", "applies to the GGUF and Hugging Face models"),
     ("toy-target", "int4", "weights must be one of"),
     ("family/tiny-llama/dx-l1", "float32", "must look like family/<target>"),
 ])

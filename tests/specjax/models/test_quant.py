@@ -171,9 +171,10 @@ def test_tied_table_rows_round_trip_within_half_a_step():
 
 
 def test_bad_weight_format_is_one_clear_error():
-    with pytest.raises(ValueError, match=r"weights must be one of \['float32', 'int8'\]"):
+    with pytest.raises(ValueError, match=r"weights must be one of \['float32', 'bfloat16', "
+                                         r"'float16', 'int8'\]"):
         load_model("smollm2-135m-instruct", weights="int4")
-    with pytest.raises(ValueError, match="applies to the GGUF models"):
+    with pytest.raises(ValueError, match="applies to the GGUF and Hugging Face models"):
         load_model("toy-target", weights="int8")
 
 

@@ -30,7 +30,7 @@ from specjax.models.gguf_file import open_gguf
 from specjax.models.gguf_weights import read_gguf
 from specjax.models.loader import LoadedModel
 from specjax.models.passes import JittedPasses
-from specjax.models.tokenizer import GGUFTokenizer
+from specjax.models.tokenizer import ChatTokenizer
 from specjax.platform.assets import fetch
 
 PROMPT = "def fibonacci(n):"
@@ -116,7 +116,7 @@ def golden_for(name: str) -> dict:
     t0 = time.time()
     reader = open_gguf(fetch(name))
     hp, weights = read_gguf(reader)
-    tokenizer = GGUFTokenizer.from_gguf(reader)
+    tokenizer = ChatTokenizer.from_gguf(reader)
     ids = tokenizer.encode(PROMPT, add_special_tokens=True)
     ref_logits = reference_forward(hp, weights, ids, [])
     ref_greedy = reference_greedy(hp, weights, ids, NEW_TOKENS)

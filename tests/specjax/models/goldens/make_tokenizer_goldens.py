@@ -2,7 +2,7 @@
 
     python tests/specjax/models/goldens/make_tokenizer_goldens.py [--models NAME ...]
 
-For each model the strings below are encoded twice: by ``GGUFTokenizer`` (HF ``tokenizers``
+For each model the strings below are encoded twice: by ``ChatTokenizer`` (HF ``tokenizers``
 built from GGUF metadata) and by ``reference_encode`` in this file, a from-scratch pure-Python
 byte-level BPE (special-token splitting, NFC for qwen2, the family's pre-tokenizer regex via the
 ``regex`` module, GPT-2 byte-to-unicode table, merges applied lowest rank first). The goldens
@@ -20,7 +20,7 @@ from pathlib import Path
 import regex
 
 from specjax.models.gguf_file import GGUFFile
-from specjax.models.tokenizer import GGUFTokenizer
+from specjax.models.tokenizer import ChatTokenizer
 from specjax.platform.assets import fetch
 
 STRINGS = [
@@ -127,7 +127,7 @@ def main() -> None:
     goldens = json.loads(OUT.read_text()) if OUT.exists() else {}
     for name in args.models:
         f = GGUFFile(fetch(name))
-        tok = GGUFTokenizer.from_gguf(f)
+        tok = ChatTokenizer.from_gguf(f)
         reference = reference_encoder(f)
         rows = []
         for s in STRINGS:
