@@ -126,11 +126,33 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("dataset.suite",
                           f"unknown suite {cfg.dataset.suite!r}; allowed: {', '.join(SUITES)}")
     target = str(_get(cfg, "model.target"))
-    if target.startswith("toy") and cfg.dataset.suite != "toy":
+    if target.startswith("toy") and cfg.dataset.suite not in ("toy", "file"):
         raise ConfigError("dataset", f"model.target={target} reads space-separated token ids, "
                           f"not {cfg.dataset.suite!r} text; the toy models take dataset=toy "
-                          "only (or use model=smollm2 / model=qwen-coder for text suites)")
+                          "or a file of token ids (dataset=file dataset.chat=false), not the "
+                          "text suites (use model=smollm2 / model=qwen-coder for those)")
+    check_prompt_file(cfg)
     check_verifier_available(cfg)
+
+
+def check_prompt_file(cfg: DictConfig) -> None:
+    """``dataset=file``: read the whole file now, so a bad line is refused (with its number)
+    before any model loads; its fields anywhere else are refused too."""
+    fields = {"path": None, "field": "prompt", "category": None}
+    if cfg.dataset.suite != "file":
+        for name, default in fields.items():
+            if cfg.dataset.get(name, default) != default:
+                raise ConfigError(f"dataset.{name}", "applies to dataset=file only, not "
+                                  f"dataset.suite={cfg.dataset.suite!r}")
+        return
+    from specjax.prompts.files import read_prompt_file
+
+    try:
+        read_prompt_file(cfg.dataset.get("path"), cfg.dataset.get("field", "prompt"),
+                         cfg.dataset.get("category"))
+    except ValueError as e:
+        field, _, message = str(e).partition(": ")
+        raise ConfigError(field, message) from None
 
 
 def check_verifier_available(cfg: DictConfig) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 EAGLE_SUITES = ("humaneval", "gsm8k", "alpaca", "mt_bench")
-SUITES = (*EAGLE_SUITES, "humaneval_full", "toy")
+SUITES = (*EAGLE_SUITES, "humaneval_full", "toy", "file")
 
 # EAGLE's HumanEval subset prefixes each problem with this instruction (no separator: HumanEval
 # prompts start with their own newlines). humaneval_full reuses it so the two suites agree.
@@ -87,11 +87,15 @@ def _toy_suite() -> list[Prompt]:
 
 
 def load_prompts(suite: str, n: int | None = None, seed: int | None = None,
-                 shuffle: bool = False) -> list[Prompt]:
+                 shuffle: bool = False, *, path: str | None = None, field: str = "prompt",
+                 category: str | None = None) -> list[Prompt]:
     """The first ``n`` prompts of ``suite`` (all when None), after an optional seeded shuffle.
 
     ``seed`` only matters with ``shuffle=True`` (default seed 0): the same seed always selects
     the same prompts in the same order, so runs with different verifiers see identical inputs.
+    ``suite="file"`` reads ``path`` (``specjax.prompts.files``: Spec-Bench ``question.jsonl``
+    lines, or objects with a ``field``), keeping the Spec-Bench ``category`` given (a comma
+    list; None = all).
     """
     if suite not in SUITES:
         raise ValueError(f"dataset.suite: unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
@@ -101,6 +105,10 @@ def load_prompts(suite: str, n: int | None = None, seed: int | None = None,
         prompts = _eagle_suite(suite)
     elif suite == "humaneval_full":
         prompts = _humaneval_full()
+    elif suite == "file":
+        from specjax.prompts.files import read_prompt_file
+
+        prompts = read_prompt_file(path, field, category)
     else:
         prompts = _toy_suite()
     if shuffle:
@@ -127,18 +135,27 @@ class PromptSuite:
     shuffle: bool = False
     seed: int | None = 0
     chat: bool = True
+    path: str | None = None  # suite=file: the JSON-lines file
+    field: str = "prompt"  # suite=file: the text field of non-Spec-Bench lines
+    category: str | None = None  # suite=file: Spec-Bench categories to keep (comma list)
 
     def __post_init__(self):
         if self.suite not in SUITES:
             raise ValueError(
                 f"dataset.suite: unknown suite {self.suite!r}; allowed: {', '.join(SUITES)}"
             )
+        if self.suite != "file":
+            for name, default in (("path", None), ("field", "prompt"), ("category", None)):
+                if getattr(self, name) != default:
+                    raise ValueError(f"dataset.{name}: applies to dataset=file only, not "
+                                     f"suite {self.suite!r}")
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int)
                                    or self.n < 1):
             raise ValueError(f"dataset.n must be an integer >= 1 or null (all), got {self.n!r}")
 
     def load(self) -> list[Prompt]:
-        return load_prompts(self.suite, n=self.n, seed=self.seed, shuffle=self.shuffle)
+        return load_prompts(self.suite, n=self.n, seed=self.seed, shuffle=self.shuffle,
+                            path=self.path, field=self.field, category=self.category)
 
     def texts(self, model, prompts: list[Prompt] | None = None) -> list[str]:
         """Prompt strings ready for ``specjax.generate`` (chat-formatted for ``model``)."""

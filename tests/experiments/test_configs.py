@@ -59,11 +59,15 @@ def test_sampling_configs_instantiate(make_cfg, name):
 
 
 @pytest.mark.parametrize("name", group_options("dataset"))
-def test_dataset_configs_instantiate_and_load(make_cfg, name):
-    cfg = make_cfg(f"dataset={name}")
+def test_dataset_configs_instantiate_and_load(make_cfg, name, tmp_path):
+    overrides = [f"dataset={name}"]
+    if name == "file":  # the one suite that needs a file of the user's: give it three prompts
+        (tmp_path / "q.jsonl").write_text("".join(f'{{"prompt": "p{i}"}}\n' for i in range(3)))
+        overrides.append(f"dataset.path={tmp_path / 'q.jsonl'}")
+    cfg = make_cfg(*overrides)
     ds = instantiate(cfg.dataset)
     assert isinstance(ds, PromptSuite) and ds.suite == name
-    assert len(ds.load()) == cfg.dataset.n
+    assert len(ds.load()) == (3 if name == "file" else cfg.dataset.n)
 
 
 @pytest.mark.parametrize("name", group_options("logger"))
