@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specjax.prompts.prompt import Prompt
+
 
 def read_prompt_file(path: str | Path | None, field: str = "prompt",
-                     categories: str | list[str] | tuple[str, ...] | None = None) -> list:
+                     categories: str | list[str] | tuple[str, ...] | None = None
+                     ) -> list[Prompt]:
     """The file's prompts (``suites.Prompt``), optionally only those whose Spec-Bench
     ``category`` is one of ``categories`` (a comma list or a sequence)."""
-    from specjax.prompts.suites import Prompt
-
     if path is None or str(path) == "":
         raise ValueError("dataset.path: dataset=file needs a JSON-lines file "
                          "(dataset.path=PATH)")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specjax.prompts.prompt import Prompt
+
 EAGLE_SUITES = ("humaneval", "gsm8k", "alpaca", "mt_bench")
 SUITES = (*EAGLE_SUITES, "humaneval_full", "toy", "file")
 
@@ -31,17 +33,6 @@ HUMANEVAL_INSTRUCTION = "Complete the code I provided."
 # text; ids stay below 4 so it fits every toy vocabulary (V >= 4).
 TOY_VOCAB = 4
 TOY_SIZE = 80
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prompt:
-    """One benchmark prompt. Only the first user turn is used: later MT-Bench turns refer to the
-    model's own first answer, which differs between runs."""
-
-    id: str
-    text: str
-    category: str = ""
-    reference: str | None = None
 
 
 def _eagle_suite(suite: str) -> list[Prompt]:

@@ -105,6 +105,16 @@ def test_smollm2_golden_detects_a_missing_layer(smol):
         check_prompt_top5(mutant, GOLDENS[SMOL])
 
 
+def test_a_local_gguf_path_loads_like_its_name(smol):
+    """A ``.gguf`` file named by its path is the same model as the bundled name."""
+    from specjax.platform.assets import fetch
+
+    by_path = load_model(str(fetch(SMOL)))
+    ids = smol.encode("def fibonacci(n):")
+    np.testing.assert_array_equal(by_path.forward(ids), smol.forward(ids))
+    assert by_path.vocabulary() == smol.vocabulary() and by_path.name == str(fetch(SMOL))
+
+
 def test_load_model_rejects_unknown_names_and_delegates_toys():
     with pytest.raises(ValueError, match="allowed: .*smollm2-135m-instruct"):
         load_model("llama-70b")
