@@ -1,27 +1,7 @@
-"""One verify step of every registered verifier, jitted, against its own exact one-step law.
-
-For each verifier in ``list_verifiers()`` (exact law: ``exact_law_of``, the verifier's options
-passed through) and each case below, N jitted verify steps are sampled in one vmapped batch and
-the emitted strings (which fix tau, the accepted tokens and the extra token) are compared with
-the float64 exact law of one iteration by a G-test (likelihood-ratio chi-square). Cases, V = 3:
-
-- ``random``: prefix-dependent Dirichlet p and q (``random_pair``);
-- ``constant_q``: prefix-dependent p, the same random q after every prefix;
-- ``one_hot_q``: prefix-dependent p, a one-hot q (n-gram drafting: K i.i.d. draws of a one-hot
-  law are K copies of one block);
-- ``lookup_distinct`` / ``lookup_duplicate``: for the multi-draft verifiers that take
-  deterministic drafts, a fixed set of distinct blocks (which may share prefixes), or distinct
-  ones and a repeat of draft 0, with one-hot q, against ``algorithms.exact.lookup``'s law.
-  Single-draft ones get lookup drafts through ``one_hot_q`` (one draw of a one-hot law is both).
-
-Shapes: (K, L) = (1, 2) for single-draft verifiers (``max_drafts == 1``), (3, 2) for the others
-(one compile per verifier keeps the module fast). Stateful verifiers (greedy_block) start from
-``init_state``, the exact law from state ``()``.
-
-The G-test pools every cell whose expected count is below 5 into one cell, which also counts the
-samples off the exact support (merged into the smallest remaining cell if its expected count
-stays below 5), and any sample on an outcome the exact law gives probability 0 fails the test
-outright, whatever the statistic.
+"""One verify step of every registered verifier, jitted, against its own exact one-step law,
+for every case of ``algorithms.exact.one_step`` (its docstring lists the cases, shapes and the
+G-test's pooling): N verify steps per case in one vmapped batch, the emitted strings against
+the float64 exact law of one iteration.
 
 False-positive rate: each G-test rejects a correct verifier with probability ALPHA = 1e-4 (up to
 the chi-square approximation), so across the module's len(FITS) G-tests on correct verifiers (46

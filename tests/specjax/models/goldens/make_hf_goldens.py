@@ -138,6 +138,18 @@ COMMON = dict(
     attn_implementation="eager",
 )
 
+# Qwen2 and Qwen3 share the ChatML tokenizer layout.
+QWEN_TOKENIZER = dict(
+    specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    specials_first=False,
+    bos="<|endoftext|>",
+    eos="<|im_end|>",
+    pad="<|endoftext|>",
+    gen_eos="<|im_end|>",
+    template=CHATML,
+    add_bos=False,
+)
+
 # name -> config/model classes, config kwargs, special tokens (at the front of the id range or the
 # end), bos/eos/pad tokens, generation_config eos, chat template, whether BOS is added on encode
 ARCHS = {
@@ -180,14 +192,7 @@ ARCHS = {
             tie_word_embeddings=False,
             use_sliding_window=False,
         ),
-        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        specials_first=False,
-        bos="<|endoftext|>",
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        gen_eos="<|im_end|>",
-        template=CHATML,
-        add_bos=False,
+        **QWEN_TOKENIZER,
     ),
     "qwen3": dict(
         config_cls=Qwen3Config,
@@ -203,14 +208,7 @@ ARCHS = {
             attention_bias=False,
             use_sliding_window=False,
         ),
-        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        specials_first=False,
-        bos="<|endoftext|>",
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        gen_eos="<|im_end|>",
-        template=CHATML,
-        add_bos=False,
+        **QWEN_TOKENIZER,
     ),
     "mistral": dict(
         config_cls=MistralConfig,
