@@ -70,6 +70,22 @@ def test_dataset_configs_instantiate_and_load(make_cfg, name, tmp_path):
     assert len(ds.load()) == (3 if name == "file" else cfg.dataset.n)
 
 
+def test_file_categories_from_the_command_line_and_file_fields_elsewhere(make_cfg, tmp_path):
+    """Several categories are a Hydra list (a bare ``qa,math`` is a sweep); the file's fields on
+    another suite are refused by check_config, naming the field."""
+    from experiments.validate import ConfigError, check_config
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(f'{{"question_id": {i}, "category": "{c}", "turns": ["1 2"]}}\n'
+                            for i, c in enumerate(["qa", "math", "writing"])))
+    cfg = make_cfg("model=toy", "dataset=file", f"dataset.path={path}", "dataset.chat=false",
+                   "dataset.category=[qa,writing]")
+    check_config(cfg)
+    assert [p.id for p in instantiate(cfg.dataset).load()] == ["0", "2"]
+    with pytest.raises(ConfigError, match="dataset.category: applies to dataset=file only"):
+        check_config(make_cfg("model=smollm2", "dataset=humaneval", "+dataset.category=qa"))
+
+
 @pytest.mark.parametrize("name", group_options("logger"))
 def test_logger_configs_instantiate(make_cfg, name):
     tracker = instantiate(make_cfg(f"logger={name}").logger)

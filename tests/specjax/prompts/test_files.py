@@ -41,6 +41,7 @@ def test_a_text_field_per_line_named_by_field(tmp_path):
 def test_category_filter_and_n_and_shuffle(tmp_path):
     path = write(tmp_path, SPEC_BENCH)
     assert [p.id for p in load_prompts("file", path=path, category="qa,writing")] == ["81", "82"]
+    assert [p.id for p in load_prompts("file", path=path, category=["qa"])] == ["82"]  # Hydra's
     assert len(PromptSuite(suite="file", path=path, n=2).load()) == 2
     shuffled = PromptSuite(suite="file", path=path, shuffle=True, seed=3).load()
     assert sorted(p.id for p in shuffled) == ["81", "82", "83"]
@@ -70,5 +71,6 @@ def test_missing_and_misplaced_fields(tmp_path):
         load_prompts("file")
     with pytest.raises(ValueError, match="dataset.path: no such file"):
         load_prompts("file", path=str(tmp_path / "nope.jsonl"))
-    with pytest.raises(ValueError, match="dataset.path: applies to dataset=file only"):
-        PromptSuite(suite="humaneval", path="q.jsonl")
+    for name, value in (("path", "q.jsonl"), ("field", "text"), ("category", "qa")):
+        with pytest.raises(ValueError, match=f"dataset.{name}: applies to dataset=file only"):
+            PromptSuite(suite="humaneval", **{name: value})
