@@ -267,7 +267,8 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     than Eigen for prefill, tree scoring and one-row decode.
 
     ``breakdown=True`` adds ``summary["time_breakdown"]`` (``specjax.decode.breakdown``): ms per
-    step spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes.
+    step spent drafting, scoring the tree, verifying, and on the rest, timed at this run's shapes,
+    and the step the loop itself took in this run (``in_loop_step_ms``) beside them.
 
     Output depends only on (models, prompt, its index, settings, seed), not on the batching:
     prompt i uses the key ``fold_in(key(seed), i)``.
@@ -308,12 +309,15 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
                                  keep_compiled, progress)
     result = _collect(run, loop, tstate, dstate, batches, target, ids, compile_time, progress)
     if breakdown:
-        from specjax.decode.breakdown import time_breakdown
+        from specjax.decode.breakdown import in_loop, time_breakdown
 
         if progress:
             print("specjax: timing draft / tree / verify parts at this run's shapes ...",
                   file=sys.stderr, flush=True)
-        result.summary["time_breakdown"] = time_breakdown(loop, tstate, dstate,
-                                                          *batches.arrays[0],
-                                                          compiler_options=compiler_options)
+        parts = time_breakdown(loop, tstate, dstate, *batches.arrays[0],
+                               compiler_options=compiler_options)
+        calls = [result.per_prompt[b:b + batches.size] for b in range(0, len(ids), batches.size)]
+        parts |= in_loop(parts, [c[0]["wall_time_s"] for c in calls],  # one loop per call:
+                         [max(m["target_calls"] for m in c) for c in calls])  # its longest row
+        result.summary["time_breakdown"] = parts
     return result

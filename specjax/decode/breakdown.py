@@ -11,6 +11,11 @@ vocabulary), and timed on a state taken right after prefill:
   whatever the fused step saves or costs over the parts).
 
 For autoregressive decoding ``tree`` is the one-token pass and ``draft`` / ``verify`` are 0.
+
+The parts are standalone programs; the loop compiles them into one ``while_loop``, where
+copies of the carry, layout changes and scheduling can cost more (or less). So the prefill is
+timed too (``prefill_ms``), and ``in_loop`` turns a run's own wall time into the step the loop
+really took: (wall time - prefill per call) / loop iterations, beside ``step_ms`` as a ratio.
 """
 
 from __future__ import annotations
@@ -48,12 +53,15 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
         target, dmodel = models(ts, ds)
         return jax.vmap(lambda *a: loop.init(target, dmodel, *a))(p, n, k)
 
-    st = jit(init)(tstate, dstate, prompts, lengths, keys)
+    init = jit(init)
+    st = init(tstate, dstate, prompts, lengths, keys)
+    prefill_ms = _median_ms(init, (tstate, dstate, prompts, lengths, keys), reps)
 
     def step(ts, ds, st):
         return loop.body(*models(ts, ds), st)
 
-    out = {"step_ms": _median_ms(jit(step), (tstate, dstate, st), reps)}
+    out = {"step_ms": _median_ms(jit(step), (tstate, dstate, st), reps),
+           "prefill_ms": prefill_ms}
     if loop.drafter is None:
         out |= dict(draft_ms=0.0, tree_ms=out["step_ms"], verify_ms=0.0)
     else:
@@ -86,8 +94,25 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
     return {k: float(v) for k, v in out.items()}
 
 
+def in_loop(breakdown: dict[str, float], wall_s: list[float], iterations: list[int]
+            ) -> dict[str, float]:
+    """The step the compiled loop took, from a run's wall time per call (``wall_s``) and its
+    loop iterations per call (the most target calls of any row of the call): the prefill's
+    time taken out, the rest over the iterations; and its ratio to the standalone step."""
+    steps = sum(iterations)
+    if steps <= 0:
+        return {}
+    decode_ms = 1e3 * sum(wall_s) - breakdown["prefill_ms"] * len(wall_s)
+    step = max(decode_ms, 0.0) / steps
+    return {"in_loop_step_ms": step, "in_loop_ratio": step / breakdown["step_ms"]
+            if breakdown["step_ms"] > 0 else float("nan")}
+
+
 def format_breakdown(b: dict[str, float]) -> str:
-    return (f"per step {b['step_ms']:.1f} ms: draft {b['draft_ms']:.1f} ({b['draft_frac']:.0%}), "
-            f"tree {b['tree_ms']:.1f} ({b['tree_frac']:.0%}), verify {b['verify_ms']:.1f} "
-            f"({b['verify_frac']:.0%}), other {b['other_ms']:.1f} ({b['other_frac']:.0%})")
+    head = (f"in the loop {b['in_loop_step_ms']:.1f} ms per step, {b['in_loop_ratio']:.2f}x "
+            f"the standalone step; " if "in_loop_step_ms" in b else "")
+    return (head + f"standalone step {b['step_ms']:.1f} ms: draft {b['draft_ms']:.1f} "
+            f"({b['draft_frac']:.0%}), tree {b['tree_ms']:.1f} ({b['tree_frac']:.0%}), verify "
+            f"{b['verify_ms']:.1f} ({b['verify_frac']:.0%}), other {b['other_ms']:.1f} "
+            f"({b['other_frac']:.0%}); prefill {b['prefill_ms']:.1f} ms")
 

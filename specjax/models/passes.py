@@ -22,6 +22,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from specjax.models.base import Cache, CausalLM
+from specjax.models.quant import bulk_rows
 
 
 def causal_mask(n: int, scratch: int) -> np.ndarray:
@@ -48,10 +49,11 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
     # is still 0 but depends on a runtime value, so nothing is folded.
     cache = cache.replace(length=cache.length + jnp.minimum(length, 0).astype(jnp.int32))
     mask = jnp.asarray(causal_mask(P, scratch))
-    if features:
-        _, h, cache = model.forward_features(prompt, pos, pos, mask, cache)
-        return model.commit(cache, pos, length - 1), h
-    _, cache = model.forward(prompt, pos, pos, mask, cache)
+    with bulk_rows():  # a whole prompt's rows: XLA's dot, not the few-row kernel (quant)
+        if features:
+            _, h, cache = model.forward_features(prompt, pos, pos, mask, cache)
+            return model.commit(cache, pos, length - 1), h
+        _, cache = model.forward(prompt, pos, pos, mask, cache)
     return model.commit(cache, pos, length - 1)
 
 

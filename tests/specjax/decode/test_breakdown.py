@@ -26,6 +26,20 @@ def test_breakdown_parts_add_up(kind):
         assert b["draft_ms"] == 0 and b["verify_ms"] == 0
     else:
         assert b["draft_ms"] > 0 and b["verify_ms"] > 0
+    # the loop's own step: the run's decode time (prefill out) over its iterations
+    assert b["prefill_ms"] > 0 and b["in_loop_step_ms"] > 0
+    assert b["in_loop_ratio"] == pytest.approx(b["in_loop_step_ms"] / b["step_ms"])
+    iterations = max(m["target_calls"] for m in res.per_prompt)  # one call: both prompts
+    decode_ms = 1e3 * res.summary["wall_time_s"] - b["prefill_ms"]
+    assert b["in_loop_step_ms"] == pytest.approx(max(decode_ms, 0) / iterations)
+
+
+def test_in_loop_step_over_two_calls():
+    from specjax.decode.breakdown import in_loop
+
+    got = in_loop({"prefill_ms": 10.0, "step_ms": 5.0}, [0.1, 0.07], [15, 10])
+    assert got["in_loop_step_ms"] == pytest.approx((170 - 20) / 25)
+    assert got["in_loop_ratio"] == pytest.approx(6.0 / 5.0)
 
 
 def test_no_breakdown_unless_asked():
