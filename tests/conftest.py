@@ -29,18 +29,16 @@ if os.environ.get("SPECJAX_TEST_XLA_OPT") != "1":
 # common shape, a decode loop of a shared toy pair), and from the second time on XLA
 # deserializes the executable instead of compiling it. Programs are keyed by their HLO, the
 # compile options and the jaxlib version, so a shared executable is one the test would have
-# compiled itself. A fresh directory per run (xdist's run id), so no run reads an older one;
+# compiled itself. A fresh directory per run (the pytest process's id; xdist's workers inherit
+# it through the environment), so no run reads an older one;
 # SPECJAX_TEST_COMPILE_CACHE=0 turns it off.
 if os.environ.get("SPECJAX_TEST_COMPILE_CACHE", "1") != "0":
     import tempfile
 
-    _run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid{os.getpid()}"
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
-                          os.path.join(tempfile.gettempdir(), f"specjax-test-xla-{_run}"))
+                          os.path.join(tempfile.gettempdir(), f"specjax-test-xla-{os.getpid()}"))
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     import jax  # a plugin may have imported it before this file: set what the env would have
 
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -161,7 +161,7 @@ def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
             return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
         return x @ w
     x = x.astype(jnp.float32)
-    if kernels.available() and not _BULK.get():
+    if kernels.available() and not in_bulk():
         return jax.lax.platform_dependent(x, w, cpu=_kernel, default=_reference)
     return _reference(x, w)
 
