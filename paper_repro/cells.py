@@ -350,6 +350,10 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
             raise SystemExit(f"{store.path} has no stored cell for {', '.join(missing)} in this "
                              "setting: run without --render-only to measure them")
         return {k: store.get(key) for k, key in keys.items()}, store
+    if todo and committed_out(out) and provenance.commit().endswith("+dirty"):
+        raise SystemExit(f"{table} [{preset}]: the checkout has uncommitted edits, so the cells "
+                         f"measured now would be +dirty and a table in {RESULTS} refuses them; "
+                         "commit first, or measure into another folder with --out")
     models = Models(setting)
     if todo and not setting.toy:
         from specjax.platform import compile_cache
@@ -399,6 +403,26 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
                     f"{result['elapsed_s']:.1f} s (compile {result['compile_time_s']:.1f} s)")
     cells = {(d, name): store.get(key) for (d, name), key in keys.items()}
     return cells, store
+
+
+def committed_out(out: Path) -> bool:
+    """Whether ``out`` is the repository's results folder, whose tables get committed."""
+    return Path(out).resolve() == RESULTS.resolve()
+
+
+def refuse_dirty(cells: dict, out: Path, table: str) -> None:
+    """A table written into the committed results may hold no cell measured from a checkout
+    with uncommitted edits (``+dirty``): such a cell's code is in no commit, so nobody can
+    rerun it. The run stops naming the cells; the stored cells stay where they are."""
+    if not committed_out(out):
+        return
+    dirty = sorted(f"{d} / {m} ({c['commit']})" for (d, m), c in cells.items()
+                   if c is not None and any("+dirty" in x for x in c.get("commits", [c["commit"]])))
+    if dirty:
+        raise SystemExit(f"{table}: {len(dirty)} cell(s) were measured from a checkout with "
+                         f"uncommitted edits: {', '.join(dirty)}. A table in {RESULTS} takes "
+                         "only cells of committed code: remeasure them (--no-resume) from a "
+                         "clean checkout, or render elsewhere with --out.")
 
 
 def with_overrides(setting: Setting, **over) -> Setting:

@@ -5,6 +5,7 @@ tiny runs are marked slow); preset resolution for the Qwen pair without loading 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -358,3 +359,26 @@ def test_paired_gains_compare_the_same_prompts_and_drop_those_at_the_ceiling():
     assert g["all"][0] == pytest.approx(100 * ((400 / 50) / (400 / 62) - 1))
     assert g["below"][0] == pytest.approx(100 * ((200 / 36) / (200 / 45) - 1))
     assert g["below"][1] <= g["below"][0] <= g["below"][2]
+
+
+def test_a_committed_table_refuses_cells_of_uncommitted_code(fake_runs, tmp_path, monkeypatch):
+    """Into the repository's results folder (here a stand-in for it), a dirty checkout may
+    neither measure cells nor render stored +dirty ones; elsewhere (--out) both work."""
+    monkeypatch.setattr(cells, "RESULTS", tmp_path / "committed")
+    base = ["--preset", "tiny", "--datasets", "humaneval", "--methods", "ar,token"]
+    monkeypatch.setattr(cells.provenance, "commit", lambda: "abc123+dirty")
+    with pytest.raises(SystemExit, match="uncommitted edits"):
+        table1.main(base + ["--out", str(tmp_path / "committed")])
+    assert not (tmp_path / "committed" / "runs").exists()  # refused before measuring
+    table1.main(base + ["--out", str(tmp_path / "elsewhere")])  # a scratch folder is fine
+    # +dirty cells stored in the committed folder are refused at render, naming them
+    scratch = tmp_path / "elsewhere" / "runs"
+    (tmp_path / "committed").mkdir()
+    shutil.copytree(scratch, tmp_path / "committed" / "runs")
+    monkeypatch.setattr(cells.provenance, "commit", lambda: "abc123")
+    with pytest.raises(SystemExit, match=r"humaneval / token \(abc123\+dirty\)"):
+        table1.main(base + ["--out", str(tmp_path / "committed")])
+    # measured again from clean code (a new session), the table renders into the committed folder
+    monkeypatch.setattr(cells, "SESSION", "another-session")
+    table1.main(base + ["--out", str(tmp_path / "committed"), "--no-resume"])
+    assert (tmp_path / "committed" / "table1_tiny.md").exists()
