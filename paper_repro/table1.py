@@ -1,6 +1,6 @@
 """Table 1 of the SpecTr-GBV comparison on a real pair: BE and SR with bootstrap CIs.
 
-    python -m paper_repro.table1 --preset cpu      # this 2-core CPU: 8 prompts x 64 tokens
+    python -m paper_repro.table1 --preset cpu      # a CPU: BE 16 prompts, SR 6 timed (Split)
     python -m paper_repro.table1 --preset full     # a GPU: 80 prompts x 128 tokens
     python -m paper_repro.table1 --preset tiny     # the toy pair, seconds (what the tests run)
 
@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,13 @@ PRESETS: dict[str, Setting] = {
     # number of target calls (64 tokens at L = 8 capped BE at 8 and held 30-63 % of prompts
     # there). The prompt count is what the CPU allows in a session, below the 16 the paper's
     # intervals would want (say so in the notes).
-    "cpu": Setting(models="qwen-coder", datasets=TRIO, n=8, max_new_tokens=128, batch_size=1,
-                   repeats=3, breakdown=True, **PAPER_SETTING),
+    # BE of every row on 16 prompts per dataset, untimed (one pass, no breakdown); the timed
+    # rows' SR comes from a smaller timed run on one machine (SPLIT below).
+    "cpu": Setting(models="qwen-coder", datasets=TRIO, n=16, max_new_tokens=128, batch_size=1,
+                   repeats=1, breakdown=False, **PAPER_SETTING),
+    # The split layout on the toy pair, for the tests.
+    "tiny_split": Setting(models="toy", datasets=TRIO, n=8, max_new_tokens=24, batch_size=1,
+                          fast_compile=True, repeats=1, breakdown=False, **PAPER_SETTING),
     # The batched setting, as its own table: throughput ratios, never latency speed-ups.
     "cpu_throughput": Setting(models="qwen-coder", datasets=TRIO, n=8, max_new_tokens=64,
                               batch_size=None, repeats=3, **PAPER_SETTING),
@@ -89,6 +95,33 @@ PRESETS: dict[str, Setting] = {
     "full": Setting(models="qwen-coder", datasets=TRIO, n=80, max_new_tokens=128, batch_size=1,
                     repeats=3, breakdown=True, **PAPER_SETTING),
 }
+@dataclass(frozen=True)
+class Split:
+    """A table whose BE and speed come from different runs of the same setting.
+
+    Why: BE needs many prompts (intervals at n = 6 were too narrow to trust) but no clock, so it
+    may come from any clean commit and machine; a speed-up needs every one of its seconds from
+    one machine, timed in interleaved repeats, which a CPU affords only on a few prompts and
+    rows. ``timed`` rows are timed on ``timed_n`` prompts (``repeats`` each, with the time
+    breakdown); every other row gets one breakdown-only cell (one prompt) on the same machine,
+    so the projected SR has per-call costs for every row. ``other_L``: BE-only column sets at
+    other draft lengths ((L, datasets) pairs), so rows the ceiling ties at L can separate."""
+
+    timed: tuple[str, ...]
+    timed_n: int
+    repeats: int
+    other_L: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+
+#: Rows timed for SR (each a latency cell with interleaved repeats); the others get BE only.
+TIMED = ("ar", "token", "greedy_block", "spectr", "spectr_gbv", "traversal")
+SPLITS: dict[str, Split] = {
+    "cpu": Split(TIMED, timed_n=6, repeats=3, other_L=((16, TRIO), (12, ("humaneval",)))),
+    "tiny_split": Split(("ar", "token", "spectr", "spectr_gbv"), timed_n=4, repeats=2,
+                        other_L=((4, ("humaneval",)),)),
+}
+
+
 #: SpecTr-GBV paper (DeepSeek-33B target, 1.3B draft, K = 3, L = 8, T = 0.4; secondhand via
 #: summaries): BE and SR per method, and SpecTr-GBV's gains (BE %, SR %) over each.
 PAPER_BE_SR = {"spectr_gbv": (8.59, 2.12), "token": (7.64, 1.64), "spectr": (8.39, 1.96),
@@ -233,7 +266,45 @@ def speed_name(setting: Setting) -> str:
     return "SR" if setting.latency else "TR"
 
 
+def split_table(table_rows: list[dict], setting: Setting) -> list[str]:
+    """The main table of a split run: per dataset the BE on all prompts, the measured SR of the
+    timed rows, and every row's projected SR."""
+    ds = setting.datasets
+    cols = [f"{DATASETS.get(d, d)} {k}" for d in ds
+            for k in (f"BE (n = {setting.n})", "SR (timed)", "projected SR")]
+    lines = ["| method | K | lossless (claim / checker) | " + " | ".join(cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+    for r in table_rows:
+        name = r["method"] + (f" ({PAPER_NAMES[r['method']]})" if r["method"] in PAPER_NAMES
+                              else "")
+        vals = []
+        for d in ds:
+            c = r["datasets"][d]
+            be = ci(c["BE"]) + ("" if "excess_calls" not in c else
+                                f"<br>{100 * c['at_ceiling']:.0f} % at ceiling; "
+                                f"+{c['excess_calls']} calls over the minimum "
+                                f"({c['excess_per_prompt']:.1f} per prompt)")
+            if c.get("SR") is not None:
+                sr = (ci(c["SR"]) + (" †" if c.get("other_session") else "")
+                      + f"<br>n = {c['timed_prompts']}; per repeat "
+                      + " / ".join(f"{x:.2f}" for x in c["SR_by_repeat"]))
+            else:
+                sr = "— ‡" if c.get("other_machine") else "—"
+            proj = c.get("SR_projected")
+            proj = "—" if proj is None else f"{proj:.2f}" + (
+                f" ({100 * c['projection_error']:+.0f} %)" if "projection_error" in c else "")
+            vals += [be, sr, proj]
+        lines.append(f"| {name} | {r['K']} | {r['lossless_text']} | " + " | ".join(vals) + " |")
+    lines += ["", "BE: all prompts of the BE run, one untimed pass per cell (BE needs no clock). "
+              "SR (timed): measured on the timed run's prompts (n), every second from one "
+              "machine; — for rows not timed. Projected SR: see below; in parentheses its error "
+              "against the measured SR."]
+    return lines
+
+
 def main_table(table_rows: list[dict], setting: Setting) -> list[str]:
+    if any("SR_projected" in c for r in table_rows for c in r["datasets"].values()):
+        return split_table(table_rows, setting) + footnotes(table_rows, setting)
     ds = setting.datasets
     has_sr = "SR" in table_rows[0]["datasets"][ds[0]]
     speed = speed_name(setting)
@@ -257,6 +328,11 @@ def main_table(table_rows: list[dict], setting: Setting) -> list[str]:
                             + "<br>per repeat " + " / ".join(f"{x:.2f}"
                                                              for x in c["SR_by_repeat"]))
         lines.append(f"| {name} | {r['K']} | {r['lossless_text']} | " + " | ".join(vals) + " |")
+    return lines + footnotes(table_rows, setting)
+
+
+def footnotes(table_rows: list[dict], setting: Setting) -> list[str]:
+    lines, ds, speed = [], setting.datasets, speed_name(setting)
     if any(r["datasets"][d].get("other_machine") for r in table_rows for d in ds):
         lines += ["", f"‡ timed on another machine than its AR cell (see the Cells table): its "
                   f"BE stands, its {speed} is not reported (the seconds of two machines do not "
@@ -361,8 +437,11 @@ def gap_table(table_rows: list[dict], setting: Setting) -> list[str]:
     return lines
 
 
-def timing_table(cells: dict, setting: Setting, methods: list[Method]) -> list[str]:
-    lines = ["", "## Cells", "",
+def timing_table(cells: dict, setting: Setting, methods: list[Method],
+                 title: str = "Cells") -> list[str]:
+    if not cells:
+        return []
+    lines = ["", f"## {title}", "",
              "Per cell: target calls, decode seconds summed over the timing repeats, the time "
              "breakdown of one loop step (ms: draft / tree / verify / other, "
              "`specjax.decode.breakdown`, at the cell's shapes, once per method), commit and "
@@ -372,7 +451,9 @@ def timing_table(cells: dict, setting: Setting, methods: list[Method]) -> list[s
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in setting.datasets:
         for m in methods:
-            c = cells[d, m.name]
+            c = cells.get((d, m.name))
+            if c is None:
+                continue
             ps = c["prompts"]
             b = c.get("time_breakdown")
             parts = (" / ".join(f"{b[f'{k}_ms']:.1f}" for k in ("draft", "tree", "verify",
@@ -460,6 +541,157 @@ def paper_reference() -> list[str]:
     return lines
 
 
+# --- split tables: BE from many untimed prompts, SR from a timed run -----------------------------
+def split_cells(table: str, preset: str, setting: Setting, split: Split, methods: list[Method],
+                out: Path, resume: bool, measure: bool, log) -> dict:
+    """The timed cells, the breakdown-only cells of the untimed rows, and the BE cells at each
+    other L, measured (or resumed) after the main BE cells; {part: cells}."""
+    timed_setting = replace(setting, n=split.timed_n, repeats=split.repeats, breakdown=True)
+    timed = [m for m in methods if m.name in split.timed]
+    costs = [m for m in methods if m.name not in split.timed and m.verifier is not None]
+    run = lambda s, ms: run_cells(table, preset, s, ms, out, resume=resume, log=log,  # noqa
+                                  measure=measure)[0] if ms else {}
+    parts = {"timed": run(timed_setting, timed),
+             "costs": run(replace(timed_setting, n=1, repeats=1), costs)}
+    spec = [m for m in methods if m.verifier is not None]
+    for L, datasets in split.other_L:
+        parts[f"L{L}"] = run(replace(setting, L=L, datasets=datasets), spec)
+    return parts
+
+
+def split_header(md: list[str], split: Split, timed: dict) -> list[str]:
+    """The header of a split table: the SR line describes the timed run, and a line says which
+    run each column comes from."""
+    R = timing_repeats(timed) if timed else 0
+    sr = ("- **SR** (latency speed-up), timed rows only "
+          f"({', '.join(split.timed)}) = speculative tokens/s over AR tokens/s on the first "
+          f"{split.timed_n} prompts of each dataset, each decoded alone (batch 1), decode wall "
+          f"time with prefill, compile excluded; **each timed cell was timed {R} time(s), "
+          "interleaved** (repeat r of every timed row of a dataset, AR first, before repeat "
+          "r + 1 of any), all on one machine; the tokens of every repeat equal the first's.")
+    split_line = ("- **Split:** BE on every prompt of the BE run, one untimed pass per cell "
+                  "(BE does not depend on the clock, so these cells may come from several clean "
+                  "commits and machines: the Cells tables list each); SR from the timed run; "
+                  "the projected SR from per-call costs on the timed run's machine.")
+    out = []
+    for line in md:
+        out += ([line, split_line] if line.startswith("- **Regime:**") else
+                [sr] if line.startswith("- **SR**") else [line])
+    return out
+
+
+def timed_machine(timed: dict) -> str | None:
+    machines = {c["hardware"] for c in timed.values()}
+    return machines.pop() if len(machines) == 1 else None
+
+
+def cost_of(name: str, parts: dict, dataset: str) -> dict | None:
+    """A row's per-call costs (the time breakdown) on the timed cells' machine: from its timed
+    cell of that dataset, else its breakdown-only cell, else the same from another dataset (a
+    run breaks each method down once: per-call costs hardly depend on the prompts); None when
+    none was measured there."""
+    machine = timed_machine(parts["timed"])
+    order = [dataset] + sorted({d for d, _ in [*parts["timed"], *parts["costs"]]} - {dataset})
+    for d in order:
+        for cells in (parts["timed"], parts["costs"]):
+            c = cells.get((d, name))
+            if c and c.get("time_breakdown") and c["hardware"] == machine:
+                return c["time_breakdown"]
+    return None
+
+
+def projected_sr(be_cells: dict, parts: dict, name: str, dataset: str) -> float | None:
+    """SR from the row's BE (the BE cells' prompts) and per-call costs measured on the timed
+    machine: AR ms per token (its timed cell, prefill included) over the row's ms per token,
+    (prefill + calls x step) / tokens with the step's standalone parts (draft + tree + verify +
+    other). Why: it gives every row a speed, the untimed ones too, and its error on the timed
+    rows says how far per-call costs are from the loop's own time."""
+    ar = parts["timed"].get((dataset, "ar"))
+    b = cost_of(name, parts, dataset)
+    if ar is None or b is None or (dataset, name) not in be_cells:
+        return None
+    ar_ms = 1e3 * sum(p["seconds"] for p in ar["prompts"]) / sum(
+        p["new_tokens"] for p in ar["prompts"])
+    ps = be_cells[dataset, name]["prompts"]
+    spec_ms = sum(b.get("prefill_ms", 0.0) + p["target_calls"] * b["step_ms"] for p in ps) / sum(
+        p["new_tokens"] for p in ps)
+    return ar_ms / spec_ms
+
+
+def merge_split(table_rows: list[dict], timed_rows: list[dict], be_cells: dict, parts: dict,
+                setting: Setting) -> None:
+    """Put each timed row's SR beside its BE, and every row's projected SR (with its error
+    where the row was timed), into ``table_rows``."""
+    timed = {r["method"]: r for r in timed_rows}
+    for r in table_rows:
+        for d in setting.datasets:
+            c = r["datasets"][d]
+            t = timed.get(r["method"], {}).get("datasets", {}).get(d)
+            if t is not None:
+                for k in ("SR", "SR_by_repeat", "other_machine", "other_session"):
+                    c[k] = t.get(k)
+                c["timed_prompts"] = len(parts["timed"][d, r["method"]]["prompts"])
+            if r["method"] == "ar":
+                continue
+            c["excess_calls"], c["excess_per_prompt"] = excess_calls(be_cells, d, r["method"])
+            c["SR_projected"] = projected_sr(be_cells, parts, r["method"], d)
+            if c["SR_projected"] and c.get("SR"):
+                c["projection_error"] = c["SR_projected"] / c["SR"][0] - 1.0
+
+
+def excess_calls(cells: dict, d: str, name: str) -> tuple[int, float]:
+    """Target calls beyond the fewest the tokens allow: the total and per prompt."""
+    ps = cells[d, name]["prompts"]
+    extra = sum(p["target_calls"] - p["min_calls"] for p in ps)
+    return extra, extra / len(ps)
+
+
+def be_text(cells: dict, d: str, name: str, be) -> str:
+    extra, per = excess_calls(cells, d, name)
+    return (f"{ci(be)}<br>{100 * at_ceiling(cells, [d], name):.0f} % at ceiling; "
+            f"+{extra} calls over the minimum ({per:.1f} per prompt)")
+
+
+def other_L_table(parts: dict, split: Split, setting: Setting, methods: list[Method]) -> list[str]:
+    """BE at the other draft lengths, beside the main L, on the same prompts."""
+    if not split.other_L:
+        return []
+    lines = ["", "## BE at other draft lengths (BE only, same prompts)", "",
+             f"At L = {setting.L} many prompts accept every block and sit at the fewest target "
+             "calls their tokens allow, where BE measures the token budget, not the verifier. "
+             "Another L moves that ceiling, so rows tied at L = "
+             f"{setting.L} can separate here. Each cell: BE [95 % CI], the share of prompts at "
+             "the ceiling, and the target calls over the minimum.", ""]
+    cols = [(L, d) for L, ds in split.other_L for d in ds]
+    lines += ["| method | K | " + " | ".join(f"{DATASETS.get(d, d)} L = {L}" for L, d in cols)
+              + " |", "|---|---|" + "---|" * len(cols)]
+    for m in methods:
+        if m.verifier is None:
+            continue
+        vals = []
+        for L, d in cols:
+            cells = parts[f"L{L}"]
+            vals.append(be_text(cells, d, m.name, estimate(be_stat(cells, [d], m.name), cells,
+                                                           [d], m.name)))
+        lines.append(f"| {m.name} | {m.K} | " + " | ".join(vals) + " |")
+    return lines
+
+
+def projection_note(table_rows: list[dict], setting: Setting, parts: dict) -> list[str]:
+    errs = [c["projection_error"] for r in table_rows for c in r["datasets"].values()
+            if c.get("projection_error") is not None]
+    machine = timed_machine(parts["timed"]) or "— (timed cells from several machines)"
+    return ["", "**Projected SR** (projected from measured per-call costs): AR ms per token "
+            "(its timed cell, prefill included) over the row's ms per token on the BE prompts, "
+            "(prefill + target calls x step) / tokens, where the step is the standalone time "
+            "breakdown (draft + tree + verify + other) measured on the timed cells' machine "
+            f"({machine}); rows without a timed cell get a one-prompt breakdown-only cell "
+            "there. Its error on the timed rows (projected / measured - 1) is printed beside "
+            "it" + (f": from {100 * min(errs):+.0f} % to {100 * max(errs):+.0f} % here." if errs
+                    else "."), "No GPU column: no GPU per-call costs have been measured (the "
+            "device check of the bring-your-own-model issue ran on no GPU)."]
+
+
 # --- command line --------------------------------------------------------------------------------
 def parser(prog: str, presets: dict[str, Setting], doc: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
@@ -507,30 +739,58 @@ def setting_of(args, presets: dict[str, Setting]) -> Setting:
 
 
 def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods_of,
-              paper: bool) -> dict:
+              paper: bool, splits: dict[str, Split] | None = None) -> dict:
     """Measure (or resume) every cell, then write ``<out>/<table>_<preset>.md`` and ``.json``."""
     args = parser(f"python -m paper_repro.{table}", presets, __doc__ if paper else title
                   ).parse_args(argv)
     start = time.perf_counter()
     setting = setting_of(args, presets)
     methods = select(methods_of(setting), args.methods)
-    cells, _ = run_cells(table, args.preset, setting, methods, args.out, resume=args.resume,
+    split = (splits or {}).get(args.preset)
+    # A split table's AR row is timed only: its BE is 1 by definition.
+    be_methods = [m for m in methods if split is None or m.verifier is not None]
+    cells, _ = run_cells(table, args.preset, setting, be_methods, args.out, resume=args.resume,
                          log=lambda s: print(s, file=sys.stderr, flush=True),
                          measure=not args.render_only)
     refuse_dirty(cells, args.out, table)
-    table_rows = rows(cells, setting, methods)
-    names = {m.name for m in methods}
+    table_rows = rows(cells, setting, be_methods)
+    names = {m.name for m in be_methods}
     gain_rows = gains(cells, setting, names)
+    parts, timing = {}, (cells, setting, names)  # the cells the speed comparisons come from
+    if split is not None:
+        parts = split_cells(table, args.preset, setting, split, methods, args.out, args.resume,
+                            not args.render_only, lambda s: print(s, file=sys.stderr, flush=True))
+        for part in parts.values():
+            refuse_dirty(part, args.out, table)
+        timed = [m for m in methods if m.name in split.timed]
+        timed_setting = replace(setting, n=split.timed_n, repeats=split.repeats)
+        timed_rows = rows(parts["timed"], timed_setting, timed)
+        table_rows[:0] = [r for r in timed_rows if r["method"] == "ar"]
+        merge_split(table_rows, timed_rows, cells, parts, setting)
+        timing = (parts["timed"], timed_setting, {m.name for m in timed})
+        timed_gains = {g["vs"]: g for g in gains(parts["timed"], timed_setting,
+                                                 {m.name for m in timed})}
+        for g in gain_rows:  # BE gains on the BE prompts, SR gains on the timed ones
+            for key, per in g["per_dataset"].items():
+                other = timed_gains.get(g["vs"], {}).get("per_dataset", {}).get(key, {})
+                per.update({k: v for k, v in other.items() if k.startswith("SR")})
     command = f"python -m paper_repro.{table} --preset {args.preset}" + "".join(
         f" {a}" for a in (sys.argv[1:] if argv is None else argv)
         if a not in ("--preset", args.preset))
     elapsed = time.perf_counter() - start
-    md = header(title, command, setting, cells, elapsed) + [""] + main_table(table_rows, setting)
+    every = {(i, k): c for i, part in enumerate([cells, *parts.values()]) for k, c in part.items()}
+    md = header(title, command, setting, every, elapsed)
+    if split is not None:
+        md = split_header(md, split, parts["timed"])
+    md += [""] + main_table(table_rows, setting)
     md += gains_table(gain_rows, setting, paper)
     md += ordering(table_rows, cells, setting) if paper else []
-    other, measured = paper_measurements(cells, setting, names)
+    other, measured = paper_measurements(*timing)
     md += other
     md += gap_table(table_rows, setting)
+    if split is not None:
+        md += projection_note(table_rows, setting, parts)
+        md += other_L_table(parts, split, setting, methods)
     md += paper_reference() if paper else []
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{table}_{args.preset}.md"
@@ -538,8 +798,22 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     acceptance_figure(table_rows, setting, figure)
     md += ["", "## Per-position acceptance", "", f"![per-position acceptance]({figure.name})"]
     md += timing_table(cells, setting, methods)
+    for name, part in parts.items():
+        md += timing_table(part, setting, methods, title=f"Cells: {name}")
     path.write_text("\n".join(md) + "\n")
+    if split is not None:
+        result_split = dict(timed=list(split.timed), timed_n=split.timed_n,
+                            repeats=split.repeats, other_L={
+                                f"L{L}": {d: {m.name: dict(zip(
+                                    ("BE", "at_ceiling", "excess_calls"),
+                                    (estimate(be_stat(parts[f"L{L}"], [d], m.name),
+                                              parts[f"L{L}"], [d], m.name),
+                                     at_ceiling(parts[f"L{L}"], [d], m.name),
+                                     excess_calls(parts[f"L{L}"], d, m.name)[0]), strict=True))
+                                    for m in methods if m.verifier is not None} for d in ds}
+                                for L, ds in split.other_L})
     result = dict(table=table, preset=args.preset, setting=setting.__dict__, rows=table_rows,
+                  split=result_split if split is not None else None,
                   gains=gain_rows, paper_measurements=measured, session=SESSION,
                   markdown=str(path), figure=str(figure))
     (args.out / f"{table}_{args.preset}.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -557,7 +831,7 @@ def methods(setting: Setting) -> list[Method]:
 
 def main(argv=None) -> dict:
     return run_table("table1", "Table 1: SpecTr-GBV comparison, BE and SR with 95 % CIs", argv,
-                     PRESETS, methods, paper=True)
+                     PRESETS, methods, paper=True, splits=SPLITS)
 
 
 if __name__ == "__main__":

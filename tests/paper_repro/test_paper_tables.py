@@ -297,7 +297,8 @@ def test_presets_resolve_to_the_qwen_pair_without_loading_it():
         assert cells.model_names(presets["tiny"].models) == ("toy-target", "toy-draft")
     cpu, full = table1.PRESETS["cpu"], table1.PRESETS["full"]
     assert (cpu.K, cpu.L, cpu.temperature) == (3, 8, 0.4)
-    assert cpu.n >= 8 and cpu.max_new_tokens >= 64
+    assert cpu.n >= 16 and cpu.max_new_tokens >= 64  # issue 44: BE on >= 16 prompts
+    assert table1.SPLITS["cpu"].timed_n >= 6 and table1.SPLITS["cpu"].repeats >= 3
     assert (full.n, full.max_new_tokens) == (80, 128)
 
 
@@ -310,8 +311,8 @@ def test_real_prompts_are_the_first_n_of_each_suite_in_the_chat_template():
     for d in setting.datasets:
         ids, texts = cells.prompt_texts(setting, d, Target())
         suite = load_prompts(d)
-        assert ids == [p.id for p in suite[:8]]
-        assert texts == [f"<user>{p.text}<assistant>" for p in suite[:8]]
+        assert ids == [p.id for p in suite[:setting.n]]
+        assert texts == [f"<user>{p.text}<assistant>" for p in suite[:setting.n]]
 
 
 def test_bootstrap_is_seeded_paired_and_covers_the_ratio():
@@ -382,3 +383,41 @@ def test_a_committed_table_refuses_cells_of_uncommitted_code(fake_runs, tmp_path
     monkeypatch.setattr(cells, "SESSION", "another-session")
     table1.main(base + ["--out", str(tmp_path / "committed"), "--no-resume"])
     assert (tmp_path / "committed" / "table1_tiny.md").exists()
+
+
+def test_split_table1_takes_be_from_all_prompts_and_sr_from_the_timed_run(fake_runs, tmp_path,
+                                                                        monkeypatch):
+    """The split layout: BE of every row on the BE run's n prompts (no AR cell there), SR only
+    for the timed rows on timed_n prompts, and a projected SR for every row from per-call costs
+    (here a fake breakdown of 20 ms per step, no prefill; AR's fake cells cost 10 ms per token,
+    so the projection is exactly BE * 10 / 20)."""
+    def with_costs(setting, method, texts, target, draft, breakdown=False, **kw):
+        out = _fake_cell(setting, method, texts, target, draft)
+        if breakdown:
+            out["time_breakdown"] = dict(step_ms=20.0, prefill_ms=0.0, draft_ms=10.0,
+                                         tree_ms=9.0, verify_ms=1.0, other_ms=0.0)
+        return out
+
+    monkeypatch.setattr(cells, "run_cell", with_costs)
+    split = table1.SPLITS["tiny_split"]
+    res = table1.main(["--preset", "tiny_split", "--out", str(tmp_path)])
+    stored = [json.loads(line) for line in
+              (tmp_path / "runs" / "table1_tiny_split" / "cells.jsonl").read_text().splitlines()]
+    be_n = table1.PRESETS["tiny_split"].n
+    assert not [c for c in stored if c["method"] == "ar" and len(c["prompts"]) == be_n]
+    rows = {r["method"]: r for r in res["rows"]}
+    assert next(iter(rows)) == "ar" and rows["ar"]["datasets"]["humaneval"]["SR"][0] == 1.0
+    for name, r in rows.items():
+        for d, c in r["datasets"].items():
+            if name == "ar":
+                continue
+            assert ("SR" in c) == (name in split.timed), (name, d)
+            assert c["SR_projected"] == pytest.approx(c["BE"][0] * 10 / 20, rel=1e-12)
+            if name in split.timed:
+                assert c["timed_prompts"] == split.timed_n
+                assert c["projection_error"] == pytest.approx(
+                    c["SR_projected"] / c["SR"][0] - 1, rel=1e-12)
+    other = res["split"]["other_L"]["L4"]
+    assert set(other) == {"humaneval"} and "ar" not in other["humaneval"]
+    md = (tmp_path / "table1_tiny_split.md").read_text()
+    assert "projected from measured per-call costs" in md and "HumanEval L = 4" in md
