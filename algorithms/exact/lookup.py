@@ -4,9 +4,9 @@ Prompt lookup (``specjax.drafters.NgramDrafter``) proposes K distinct blocks, or
 are fixed functions of the context. They are not K i.i.d. draws from one law, so the i.i.d. exact
 laws (which enumerate draws from a shared Q) do not apply. Here the draft set is given, every
 draft's q is one-hot at its own token, and the only randomness is the verifier's coins; each law
-below follows the verifier's published rule for that input, in float64, written from the papers'
-pseudocode (docs/verifiers/: specinfer, spectr, multipath_block, traversal and univer pages),
-not from the JAX kernels.
+below follows the verifier's stated rule for that input, in float64, written from the papers'
+pseudocode (docs/verifiers/: specinfer, spectr, multipath_block, traversal pages; ordered_rrs,
+specjax's own rule, from its page), not from the JAX kernels.
 
 A fixed-draft law is ``law(P, drafts, ctx) -> {emitted: prob}`` for one iteration;
 ``lookup_multi_iteration_law`` composes iterations with ``drafts = lookup(ctx)`` the way the
@@ -23,10 +23,10 @@ from algorithms.exact.block import block_law
 from algorithms.exact.checker import accumulate, target_law, total_variation
 from algorithms.exact.models import Context, ToyModel, _ctx_rng
 from algorithms.exact.multipath_block import node_order
+from algorithms.exact.ordered_rrs import ordered_rrs_fixed
 from algorithms.exact.spectr import kseq_beta, kseq_rho
 from algorithms.exact.token import residual
 from algorithms.exact.traversal import parent_update
-from algorithms.exact.univer import univer_fixed
 
 Drafts = tuple[tuple[int, ...], ...]
 FixedLaw = Callable[..., dict[tuple[int, ...], float]]
@@ -221,7 +221,7 @@ FIXED_LAWS: dict[str, FixedLaw] = {
     "spectr": spectr_fixed,
     "traversal": traversal_fixed,
     "multipath_block": multipath_fixed,
-    "univer": univer_fixed,
+    "ordered_rrs": ordered_rrs_fixed,
 }
 
 

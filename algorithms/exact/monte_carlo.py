@@ -85,20 +85,22 @@ def sample_emitted(verifier, P: ToyModel, Q: ToyModel, *, L: int, K: int, n: int
             for row, c in zip(uniq, counts, strict=True)}
 
 
-def fixed_inputs(P: ToyModel, drafts, ctx: Context = (), dtype=jnp.float32):
-    """(drafts, one-hot q, p) arrays for a deterministic draft set (lookup drafts)."""
+def fixed_inputs(P: ToyModel, drafts, ctx: Context = (), dtype=jnp.float32,
+                 drafts_dtype=jnp.int32):
+    """(drafts, one-hot q, p) arrays for a deterministic draft set (lookup drafts).
+    ``drafts_dtype``: int64 under x64 hands the verifier the token ids an x64 caller would."""
     V = P.V
     d = np.asarray(drafts, np.int32)
     q = np.eye(V)[d]
     p = np.stack([np.stack([P(ctx + tuple(int(t) for t in row[:i])) for i in range(d.shape[1] + 1)])
                   for row in d])
-    return jnp.asarray(d), jnp.asarray(q, dtype), jnp.asarray(p, dtype)
+    return jnp.asarray(d, drafts_dtype), jnp.asarray(q, dtype), jnp.asarray(p, dtype)
 
 
 def sample_fixed(verifier, P: ToyModel, drafts, *, n: int, seed: int, ctx: Context = (),
-                 dtype=jnp.float32) -> dict[tuple, int]:
+                 dtype=jnp.float32, drafts_dtype=jnp.int32) -> dict[tuple, int]:
     """Counts of emitted strings over n verifier runs on one fixed (lookup) draft set."""
-    d, q, p = fixed_inputs(P, drafts, ctx, dtype)
+    d, q, p = fixed_inputs(P, drafts, ctx, dtype, drafts_dtype)
     state = verifier.init_state(d.shape[1], P.V)
     run = jax.jit(jax.vmap(lambda k: verifier(k, d, q, p, state)[0].tokens))
     rows = np.asarray(run(jax.random.split(jax.random.key(seed), n)))

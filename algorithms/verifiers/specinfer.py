@@ -134,7 +134,7 @@ def survivor_scan(drafts: Int[Array, "K L"], p: Float[Array, "K L+1 V"], node, *
     whose token equals the accepted one; a full rejection stops the walk with the residual as
     the correction's law; after depth L - 1 the bonus law is p at the lead's last prefix.
     ``filled`` drops each draft from the depths it did not draft (STOPPED). The node rule is
-    the verifier's own (SpecInfer's RRS, UniVer's order-statistic RRS); the walk is theirs in
+    the verifier's own (SpecInfer's RRS, ordered_rrs's order-statistic RRS); the walk is theirs in
     common."""
     K, L = drafts.shape
 

@@ -13,16 +13,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algorithms.exact import univer as exact_univer
+from algorithms.exact import ordered_rrs as exact_ordered_rrs
 from algorithms.exact.checker import accumulate
 from algorithms.exact.spectr import kseq_beta, kseq_rho
 from algorithms.verifiers import multipath_block
 from algorithms.verifiers.base import emit, sample
 from algorithms.verifiers.multipath_block import MultiPathBlockVerifier, exclusive_cumsum
+from algorithms.verifiers.ordered_rrs import OrderedRRSVerifier
 from algorithms.verifiers.spectr import SpecTrVerifier
 from algorithms.verifiers.spectr_gbv import SpecTrGBVVerifier
 from algorithms.verifiers.traversal import TraversalVerifier
-from algorithms.verifiers.univer import UniVerVerifier
 
 
 def residual_is_target(base: type) -> type:
@@ -83,7 +83,7 @@ class VerifiesAgainstQ(MultiPathBlockVerifier):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class UniVerPlainQ(UniVerVerifier):
+class OrderedRRSPlainQ(OrderedRRSVerifier):
     """Every candidate tested against the lead survivor's row q instead of its order-statistic
     law Q_j: the largest of c draws is not q-distributed, and a lookup candidate other than the
     lead's token gets q(x) = 0, so it is always accepted. Harmless only when every survivor
@@ -99,16 +99,16 @@ def _lead_row(weights, history, rows):
     return rows[0]
 
 
-def univer_plain_q_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
-    """Exact law of ``UniVerPlainQ`` on i.i.d. drafts."""
-    with mock.patch.object(exact_univer, "candidate_law", _lead_row):
-        return exact_univer.univer_law(P, Q, ctx, state, L=L, K=K, order=order)
+def ordered_rrs_plain_q_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
+    """Exact law of ``OrderedRRSPlainQ`` on i.i.d. drafts."""
+    with mock.patch.object(exact_ordered_rrs, "candidate_law", _lead_row):
+        return exact_ordered_rrs.ordered_rrs_law(P, Q, ctx, state, L=L, K=K, order=order)
 
 
-def univer_plain_q_fixed(P, drafts, ctx=(), *, order="band"):
-    """Exact law of ``UniVerPlainQ`` on a fixed (lookup) draft set."""
-    with mock.patch.object(exact_univer, "candidate_law", _lead_row):
-        return exact_univer.univer_fixed(P, drafts, ctx, order=order)
+def ordered_rrs_plain_q_fixed(P, drafts, ctx=(), *, order="band"):
+    """Exact law of ``OrderedRRSPlainQ`` on a fixed (lookup) draft set."""
+    with mock.patch.object(exact_ordered_rrs, "candidate_law", _lead_row):
+        return exact_ordered_rrs.ordered_rrs_fixed(P, drafts, ctx, order=order)
 
 
 def mass_below_without_band_zero(q_row, key_row, order):

@@ -5,9 +5,8 @@ the float64 exact law of one iteration.
 
 False-positive rate: each G-test rejects a correct verifier with probability ALPHA = 1e-4 (up to
 the chi-square approximation), so across the module's len(FITS) G-tests on correct verifiers (46
-with the 12 verifiers registered today) and univer's ratio-order case, 47 in all, the family-wise
-rate is at most 47 x 1e-4 = 0.47 %
-(Bonferroni). Seeds are fixed, so a run is
+with the 12 verifiers registered today) and ordered_rrs's ratio-order case, 47 in all, the
+family-wise rate is at most 47 x 1e-4 = 0.47 % (Bonferroni). Seeds are fixed, so a run is
 reproducible: the same code gives the same verdict every time. The mutant tests at the end show
 every kind of case rejects a broken verifier at that ALPHA.
 """
@@ -15,7 +14,7 @@ every kind of case rejects a broken verifier at that ALPHA.
 from __future__ import annotations
 
 import pytest
-from mutants import DropsLowerBandMass, UniVerPlainQ, correction_is_target
+from mutants import DropsLowerBandMass, OrderedRRSPlainQ, correction_is_target
 
 from algorithms.exact import exact_law_of, iteration_law, total_variation
 from algorithms.exact.lookup import FIXED_LAWS
@@ -92,17 +91,17 @@ def test_one_step_test_rejects_multipath_with_band_zero_mass_dropped(kind):
 
 
 @pytest.mark.parametrize("kind", ["random", "constant_q", "lookup_distinct", "lookup_duplicate"])
-def test_one_step_test_rejects_univer_tested_against_plain_q(kind):
-    """UniVer's candidates tested against q instead of their order-statistic law Q_j: biased on
+def test_one_step_test_rejects_ordered_rrs_tested_against_plain_q(kind):
+    """Ordered RRS's candidates tested against q instead of their order-statistic law Q_j: biased on
     every case but one-hot i.i.d. drafts (all survivors carry the same point mass, Q_j = q)."""
-    result = fit(UniVerPlainQ(), kind, exact_of=get_verifier("univer"))
-    print(f"univer plain-q mutant, {kind}: {result}")
+    result = fit(OrderedRRSPlainQ(), kind, exact_of=get_verifier("ordered_rrs"))
+    print(f"ordered_rrs plain-q mutant, {kind}: {result}")
     assert not result.passes()
 
 
-def test_univer_ratio_order_matches_its_exact_law():
+def test_ordered_rrs_ratio_order_matches_its_exact_law():
     """The exact-ratio order (a sort per level) against its own law; the default "band" order is
     covered by the registered cases above (on lookup drafts every order has the same law)."""
-    result = fit(get_verifier("univer", order="ratio"), "random")
-    print(f"univer order=ratio random: {result}")
+    result = fit(get_verifier("ordered_rrs", order="ratio"), "random")
+    print(f"ordered_rrs order=ratio random: {result}")
     assert result.passes(), result

@@ -15,7 +15,7 @@ from specjax.eval import bootstrap
 from specjax.prompts import load_prompts
 
 TABLE1_ROWS = ["ar", "token", "greedy_block", "block", "specinfer", "spectr", "spectr_gbv",
-               "multipath_block", "traversal", "univer"]
+               "multipath_block", "traversal", "ordered_rrs"]
 
 
 def test_table1_tiny_end_to_end(tmp_path, monkeypatch):
@@ -96,7 +96,8 @@ def check_gap_to_optimum_is_at_most_one_for_lossless_stateless_rows(tiny):
     out, res = tiny
     rows = [json.loads(x) for x in
             (out / "runs" / "table1_tiny" / "cells.jsonl").read_text().splitlines()]
-    for name in ("token", "block", "specinfer", "spectr", "multipath_block", "traversal", "univer"):
+    for name in ("token", "block", "specinfer", "spectr", "multipath_block", "traversal",
+                 "ordered_rrs"):
         ps = [p for r in rows if r["method"] == name for p in r["prompts"]]
         acc = sum(p["root_accepted"] for p in ps)
         bound = sum(p["root_bound"] for p in ps)

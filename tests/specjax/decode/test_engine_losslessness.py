@@ -72,7 +72,7 @@ SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k, top_p): every los
     ("multipath_block", EarlyExitDrafter(K=3, L=2, num_layers=1), 1.0, 0, 1.0),
     ("importance", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
     ("greedy_draft", GreedyDrafter(K=3, L=2), 0.7, 0, 1.0),  # Hu et al.'s pair, as registered
-    ("univer", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
+    ("ordered_rrs", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
 ]
 # Prompt lookup at T > 0 for every multi-draft verifier that takes lookup drafts: a repetitive
 # prompt so that K = 3 finds distinct continuations (and duplicates once it runs out).

@@ -1,11 +1,17 @@
-"""UniVer: per-level optimal-transport verification of a draft tree, as reconstructed here.
+"""specjax's own ordered (order-statistic) RRS tree verifier: recursive rejection sampling whose
+candidates are the surviving drafts in a fixed vocabulary order, each tested against its exact
+order-statistic law.
 
-"UniVer", arXiv 2605.04543: a lossless tree verifier built from per-level optimal-transport
-plans, reported at +4.2-8.5 % acceptance length over SpecInfer-style recursive rejection sampling
-without replacement. We had neither the paper's text nor code, so this file is a documented
-reconstruction of that idea, not its published closed form (docs/verifiers/univer.md).
+This is not UniVer (arXiv 2605.04543), although it was first filed here under that name. The
+stored descriptions of that paper give UniVer two phases, a top-down allocation of mass over the
+tree and then a post-order (leaf-to-root) decision; this verifier is a single top-down pass with
+no post-order phase. Their reported result, +4.2-8.5 % acceptance length over RRS without
+replacement (Vicuna-7B, EAGLE drafter, binary tree of depth 5, T = 1: 3.29 against 3.06, none
+reported near T = 0), is a measurement of that algorithm and says nothing about this one. UniVer
+itself is not implemented: the descriptions do not give its closed form (docs/verifiers/
+ordered_rrs.md).
 
-What is reconstructed. At each level of the tree, at the accepted node z with c surviving
+What the rule aims at. At each level of the tree, at the accepted node z with c surviving
 drafts, couple the drafts' next tokens with Y ~ p(.|z) so that P(Y is one of them) comes close
 to the OT optimum alpha* = min_S p(S) + 1 - q(S)^c (Hu et al., ICLR 2025; ``exact/bounds.py``):
 
@@ -41,7 +47,7 @@ prefix's law (IID), and a one-hot lead row means deterministic drafts (or i.i.d.
 point mass), whose candidates are known, Q_j = delta(candidate). Lookup drafts thus emit the law
 of RRS on the distinct tokens whatever the order (the same one-step law as ``specinfer``).
 
-Measured (exact laws, docs/verifiers/univer.md): the first level reaches 98-99 % of alpha* on
+Measured (exact laws, docs/verifiers/ordered_rrs.md): the first level reaches 98-99 % of alpha* on
 average over random V = 3, 4 pairs (SpecInfer RRS 90-93 %); E[tau] on the running example
 p = (1/3, 2/3), q = (2/3, 1/3) is 1.580247 / 1.825215 at K = 2 / 3, L = 2 (SpecInfer 1.333333 /
 1.491084), and +3.6 to +7.1 % over SpecInfer on average over random V = 3 pairs, though below it
@@ -106,9 +112,9 @@ def node_order(p: Float[Array, " V"], q: Float[Array, " V"], order: str) -> Node
     return NodeOrder(pos, F, jnp.log(G), jnp.log1p(-jnp.where(has, q / G, 0.0)))
 
 
-@register("univer", exact_law="algorithms.exact.univer:univer_law")
+@register("ordered_rrs", exact_law="algorithms.exact.ordered_rrs:ordered_rrs_law")
 @dataclass(frozen=True, kw_only=True)
-class UniVerVerifier:
+class OrderedRRSVerifier:
     order: str = "band"
     lossless: ClassVar[bool] = True
     max_drafts: ClassVar[int | None] = None
@@ -116,7 +122,8 @@ class UniVerVerifier:
 
     def __post_init__(self):
         if self.order not in ORDERS:
-            raise ValueError(f"UniVerVerifier: order must be one of {ORDERS}, got {self.order!r}")
+            raise ValueError(
+                f"OrderedRRSVerifier: order must be one of {ORDERS}, got {self.order!r}")
 
     def init_state(self, L: int, V: int):
         return ()
@@ -149,6 +156,9 @@ class UniVerVerifier:
         """One level at the accepted node: (index of the accepted draft or -1, final residual).
         ``q_row`` is the lead survivor's row (module doc: draft structures)."""
         K = tokens.shape[0]
+        # The scan below carries the last candidate's token next to int32 indices; ids come as
+        # int64 from an x64 caller, and a carry must keep one dtype, so fix it here (ids < V fit).
+        tokens = tokens.astype(jnp.int32)
         index = jnp.arange(K, dtype=jnp.int32)
         order = node_order(p_row, q_row, self.order)
         point_mass = q_row[tokens[jnp.argmax(live)]] >= 1.0

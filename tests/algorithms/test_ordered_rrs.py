@@ -1,6 +1,7 @@
-"""UniVer (the reconstruction): exact losslessness on i.i.d. and lookup drafts, the kernel's
-closed-form candidate law against the brute-force one, the numbers, and the mutant the exact
-checker must reject. The jitted kernel against its exact law: ``test_one_step_law.py``."""
+"""Ordered RRS (specjax's own order-statistic tree verifier, not UniVer): exact losslessness on
+i.i.d. and lookup drafts, the kernel's closed-form candidate law against the brute-force one, the
+numbers, and the mutant the exact checker must reject. The jitted kernel against its exact law:
+``test_one_step_law.py``."""
 
 import functools
 from unittest import mock
@@ -9,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from mutants import univer_plain_q_fixed, univer_plain_q_law
+from mutants import ordered_rrs_plain_q_fixed, ordered_rrs_plain_q_law
 
 from algorithms.exact import (
     adversarial_pairs,
@@ -25,10 +26,10 @@ from algorithms.exact import (
 from algorithms.exact.bounds import optimal_acceptance
 from algorithms.exact.lookup import LookupDrafts, lookup_lossless_tv
 from algorithms.exact.models import ConstantModel, DirichletModel, OneHotModel
+from algorithms.exact.ordered_rrs import node_outcomes, node_ranks, ordered_rrs_fixed
 from algorithms.exact.specinfer import specinfer_law
-from algorithms.exact.univer import node_outcomes, node_ranks, univer_fixed
 from algorithms.verifiers import get_verifier
-from algorithms.verifiers.univer import node_order
+from algorithms.verifiers.ordered_rrs import node_order
 
 ORDERS = ["band", "ratio"]
 # (V, K, L): every V in 2..4, K in 1..3 and L in 1..3, kept small enough for N = L + 2 tokens.
@@ -37,7 +38,7 @@ GRID = [(2, 1, 3), (2, 2, 2), (2, 3, 3), (3, 1, 2), (3, 2, 2), (3, 3, 1), (3, 3,
 
 
 def law(order):
-    return get_exact_law("univer", order=order)
+    return get_exact_law("ordered_rrs", order=order)
 
 
 @pytest.mark.parametrize("V, K, L, order", [(*c, "band") for c in GRID]
@@ -73,7 +74,7 @@ def test_exactly_lossless_on_lookup_drafts(V, K, L, dup, order):
     """Deterministic drafts, distinct and duplicated (test_lookup_drafts.py covers the default
     order on its own grid)."""
     P, _ = random_pair(V, K + dup)
-    fixed = functools.partial(univer_fixed, order=order)
+    fixed = functools.partial(ordered_rrs_fixed, order=order)
     assert lookup_lossless_tv(fixed, P, LookupDrafts(V, K, L, seed=V, duplicates=dup)) <= 1e-12
 
 
@@ -87,7 +88,7 @@ def test_one_draft_is_token_verification(V, L):
 @pytest.mark.parametrize("K, L, expected", [(2, 1, 0.888889), (3, 1, 0.998051), (2, 2, 1.580247),
                                             (3, 2, 1.825215), (4, 2, 1.847202)])
 def test_expected_tau_on_the_example(K, L, expected):
-    """docs/verifiers/univer.md: K = 2, L = 1 reaches the OT optimum 8/9; every cell is above
+    """docs/verifiers/ordered_rrs.md: K = 2, L = 1 reaches the OT optimum 8/9; every cell is above
     SpecInfer's (0.777778, 0.851852, 1.333333, 1.491084, 1.604481)."""
     P, Q = example_pair()
     ours = expected_tau(iteration_law(law("band"), P, Q, L=L, K=K))
@@ -98,7 +99,7 @@ def test_expected_tau_on_the_example(K, L, expected):
 def test_first_level_acceptance_is_below_alpha_star_and_closer_to_it_than_specinfer():
     """P(tau >= 1) at L = 1 is the root's acceptance: never above Hu et al.'s alpha* (no lossless
     rule for i.i.d. drafts is), and nearer to it than SpecInfer's on average, though not on every
-    pair (docs/verifiers/univer.md gives the numbers)."""
+    pair (docs/verifiers/ordered_rrs.md gives the numbers)."""
     ours, rrs = [], []
     for seed in range(6):
         for K in (2, 3):
@@ -114,12 +115,12 @@ def test_first_level_acceptance_is_below_alpha_star_and_closer_to_it_than_specin
 def test_kernel_candidate_law_matches_the_brute_force_conditional_law(order):
     """The kernel's closed form Q_j (float32) against the exact module's law of candidate j given
     the earlier ones, summed over every joint draw, for every history of c = 3 draws at V = 4."""
-    from algorithms.exact import univer as exact
+    from algorithms.exact import ordered_rrs as exact
 
     rng = np.random.default_rng(3)
     p, q = rng.dirichlet(np.ones(4)), rng.dirichlet(np.ones(4))
     c = 3
-    candidate_law = jax.jit(get_verifier("univer", order=order).candidate_law)
+    candidate_law = jax.jit(get_verifier("ordered_rrs", order=order).candidate_law)
     seen = {}
     original = exact.candidate_law
 
@@ -155,7 +156,7 @@ def test_candidate_law_keeps_small_probabilities_at_the_real_vocabulary():
     p /= p.sum()
     node = jax.jit(node_order, static_argnums=2)(jnp.asarray(p, jnp.float32),
                                                  jnp.asarray(q, jnp.float32), "band")
-    got = np.asarray(jax.jit(get_verifier("univer").candidate_law)(
+    got = np.asarray(jax.jit(get_verifier("ordered_rrs").candidate_law)(
         jnp.asarray(q, jnp.float32), node, False, 0, -1, c, c, 0), np.float64)
     order = np.argsort(np.asarray(node.pos))
     f64 = np.cumsum(q[order]) - q[order]
@@ -169,16 +170,16 @@ def test_candidate_law_keeps_small_probabilities_at_the_real_vocabulary():
 def test_exact_checker_rejects_the_plain_q_mutant():
     """Candidates tested against q instead of Q_j: biased on i.i.d. and on lookup drafts."""
     P, Q = random_pair(3, 1)
-    tv_iid = lossless_tv(univer_plain_q_law, P, Q, L=2, K=3)
+    tv_iid = lossless_tv(ordered_rrs_plain_q_law, P, Q, L=2, K=3)
     P, _ = random_pair(3, 0)
-    tv_lookup = lookup_lossless_tv(univer_plain_q_fixed, P, LookupDrafts(3, 3, 2, 0))
-    print(f"univer plain-q mutant: exact TV i.i.d. {tv_iid:.4f}, lookup {tv_lookup:.4f}")
+    tv_lookup = lookup_lossless_tv(ordered_rrs_plain_q_fixed, P, LookupDrafts(3, 3, 2, 0))
+    print(f"ordered_rrs plain-q mutant: exact TV i.i.d. {tv_iid:.4f}, lookup {tv_lookup:.4f}")
     assert tv_iid > 1e-2 and tv_lookup > 1e-2
     assert lossless_tv(law("band"), *random_pair(3, 1), L=2, K=3) <= 1e-12
 
 
 def test_rejects_a_bad_order():
     with pytest.raises(ValueError, match="order must be one of"):
-        get_verifier("univer", order="id")
+        get_verifier("ordered_rrs", order="id")
     with pytest.raises(ValueError, match="order must be one of"):
         law("id")(*example_pair(), (), L=1, K=1)

@@ -1,12 +1,13 @@
-"""Exact one-iteration law of UniVer as reconstructed in docs/verifiers/univer.md (arXiv
-2605.04543; ``algorithms/verifiers/univer.py`` states the rule and why it is lossless).
+"""Exact one-iteration law of specjax's ordered (order-statistic) RRS tree verifier
+(``algorithms/verifiers/ordered_rrs.py`` states the rule, why it is lossless, and why it is not
+the two-phase UniVer of arXiv 2605.04543; docs/verifiers/ordered_rrs.md).
 
 Written from the rule, not from the kernel's closed form: at a node, every joint draw of the
 survivors' next tokens is enumerated, the candidates are put in trial order (descending token
 rank, then draft index), and the law of candidate j given the earlier ones is obtained by
 summing the draws that share those earlier candidates. The kernel's Q_j formula is therefore
 checked, not reused. Each survivor draws from its own row (``rows``), so the same node function
-serves i.i.d. drafts (m copies of q(.|z)) and lookup drafts (one-hot rows, ``univer_fixed``).
+serves i.i.d. drafts (m copies of q(.|z)) and lookup drafts (one-hot rows, ``ordered_rrs_fixed``).
 As in ``specinfer_law``, the suffix below a node depends only on (prefix, survivor count) for
 i.i.d. drafts, so nodes are memoised on it.
 """
@@ -38,7 +39,7 @@ def node_ranks(p: np.ndarray, q: np.ndarray, order: str) -> np.ndarray:
     elif order == "ratio":
         key = np.where(q > 0, p / np.where(q > 0, q, 1.0), np.inf)
     else:
-        raise ValueError(f"univer: order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"ordered_rrs: order must be one of {ORDERS}, got {order!r}")
     ranks = np.empty(len(p), dtype=int)
     ranks[np.lexsort((np.arange(len(p)), key))] = np.arange(len(p))
     return ranks
@@ -80,10 +81,10 @@ def node_outcomes(p: np.ndarray, rows: Sequence[np.ndarray], order: str
     return accepted, extra
 
 
-def univer_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
-    """{(emitted, ()): prob} of one UniVer iteration with K i.i.d. drafts of length L."""
+def ordered_rrs_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
+    """{(emitted, ()): prob} of one ordered-RRS iteration with K i.i.d. drafts of length L."""
     if order not in ORDERS:
-        raise ValueError(f"univer: order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"ordered_rrs: order must be one of {ORDERS}, got {order!r}")
     memo: dict[tuple, dict] = {}
 
     def node(z: tuple[int, ...], m: int) -> dict[tuple[int, ...], float]:
@@ -105,10 +106,10 @@ def univer_law(P, Q, ctx, state=(), *, L, K=1, order="band"):
     return {(e, ()): pr for e, pr in node((), K).items()}
 
 
-def univer_fixed(P, drafts, ctx=(), *, order="band") -> dict:
-    """UniVer on a fixed (lookup) draft set: every survivor's row is one-hot at its own token."""
+def ordered_rrs_fixed(P, drafts, ctx=(), *, order="band") -> dict:
+    """Ordered RRS on a fixed (lookup) draft set: each survivor's row is one-hot at its token."""
     if order not in ORDERS:
-        raise ValueError(f"univer: order must be one of {ORDERS}, got {order!r}")
+        raise ValueError(f"ordered_rrs: order must be one of {ORDERS}, got {order!r}")
     L, V = len(drafts[0]), P.V
     out: dict = {}
 
@@ -127,5 +128,5 @@ def univer_fixed(P, drafts, ctx=(), *, order="band") -> dict:
     return out
 
 
-__all__ = ["EDGES", "ORDERS", "candidate_law", "node_outcomes", "node_ranks", "univer_fixed",
-           "univer_law"]
+__all__ = ["EDGES", "ORDERS", "candidate_law", "node_outcomes", "node_ranks",
+           "ordered_rrs_fixed", "ordered_rrs_law"]
