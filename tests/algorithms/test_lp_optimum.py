@@ -33,3 +33,17 @@ def test_hsd_exceeds_what_any_lossless_verifier_can_reach():
     P, Q = example_pair()
     assert optimal_expected_tau(P, Q, L=2, K=1) == pytest.approx(11 / 9, abs=1e-9)
     assert expected_tau(iteration_law(get_exact_law("hsd"), P, Q, L=2)) > 11 / 9 + 0.1
+
+
+@pytest.mark.parametrize("concentration", [0.05, 0.1])
+def test_peaked_laws_solve_and_one_draft_is_still_block_verification(concentration):
+    """Peaked laws put products of probabilities near 1e-28 into the LP; in the old variables
+    HiGHS rounded them to zero and called the feasible LP infeasible. BV's E[tau], from its own
+    exact law, is the K = 1 answer; K = 2, 3 must solve and stay above the lossless verifiers."""
+    P, Q = random_pair(3, 7, concentration)
+    bv = expected_tau(iteration_law(get_exact_law("block"), P, Q, L=2))
+    assert optimal_expected_tau(P, Q, L=2, K=1) == pytest.approx(bv, abs=1e-8)
+    for K in (2, 3):
+        opt = optimal_expected_tau(P, Q, L=2, K=K)
+        for name in ("specinfer", "multipath_block"):
+            assert expected_tau(iteration_law(get_exact_law(name), P, Q, L=2, K=K)) <= opt + 1e-8
