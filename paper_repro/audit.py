@@ -131,8 +131,10 @@ def g_test(counts: Counter, law: ExactLaw, n: int) -> tuple[float, int, float, i
     return g, len(o) - 1, 0.5 * float(np.abs(o - e).sum()) / n, unexpected
 
 
-def sample_pairs(target, drafter, verifier, prompt, n: int, seed: int, batch: int) -> Counter:
-    """Counts of the first two tokens over n speculative runs (one row per run)."""
+def sample_pairs(target, drafter, verifier, prompt, n: int, seed: int, batch: int
+                 ) -> tuple[Counter, list[float]]:
+    """Counts of the first two tokens over n speculative runs (one row per run), and the run's
+    acceptance per draft position (accepted over drafted, pooled over its steps)."""
     import specjax
     from specjax.models.sampling import Sampling
 
@@ -140,7 +142,8 @@ def sample_pairs(target, drafter, verifier, prompt, n: int, seed: int, batch: in
     res = specjax.generate(target, [list(prompt)] * n, drafter=drafter, verifier=verifier,
                            sampling=Sampling(temperature=1.0), max_new_tokens=2, seed=seed,
                            batch_size=rows_per_call, progress=False, shared_prompt=True)
-    return Counter(tuple(t) for t in res.tokens)
+    return (Counter(tuple(t) for t in res.tokens),
+            [float(a) for a in res.summary.get("per_position_acceptance", [])])
 
 
 def misreporting(drafter_cls: type) -> type:
@@ -170,7 +173,8 @@ SELF = "target as drafter (q = p)"
 
 
 def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *, L: int,
-         exit_layers: int, mutant_rows=MUTANT_ROWS, self_rows=(), target_layers: int = 0):
+         exit_layers: int, mutant_rows=MUTANT_ROWS, self_rows=(), target_layers: int = 0,
+         largest_k_only: bool = False):
     """(label, drafter or None, verifier name, K, refusal reason or None) for every row.
 
     Ordered so that a run stopped early (the full audit takes hours on a CPU) has the rows that
@@ -200,7 +204,8 @@ def rows(verifiers: Sequence[str], drafters: Sequence[str], Ks: Sequence[int], *
         return sorted((K for K in Ks if top is None or K <= top), reverse=True)
 
     largest = [(kind, name, ks(name)[0]) for kind in drafters for name in verifiers if ks(name)]
-    rest = [(kind, name, K) for kind in drafters for name in verifiers for K in ks(name)[1:]]
+    rest = [(kind, name, K) for kind in drafters for name in verifiers for K in ks(name)[1:]
+            if not largest_k_only]
     def mutants(selected):
         for name, K in selected:
             bad = misreporting(EarlyExitDrafter)(K=K, L=L, num_layers=exit_layers)
@@ -224,13 +229,15 @@ def row_seed(seed: int, kind: str, name: str, K: int) -> int:
 def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("early_exit", "ngram"),
           Ks=(1, 3), L: int = 2, samples: int = 20_000, exit_layers: int = 1, batch: int = 2000,
           seed: int = 0, mutant_rows=MUTANT_ROWS, self_rows=SELF_ROWS, log=print, on_row=None,
-          store=None, measure: bool = True) -> list[dict]:
+          store=None, measure: bool = True, largest_k_only: bool = False) -> list[dict]:
     """One dict per row: drafter, verifier, K, and the pooled G-test over the prompts.
 
     ``store`` (a ``paper_repro.cells.CellStore``) keeps each finished row under a key of its
     whole setting, and a row already stored is reused: a killed audit resumes. With
     ``measure=False`` it measures nothing: rows not stored are left out, listed as pending
-    (``on_row`` still gets the table)."""
+    (``on_row`` still gets the table). ``largest_k_only``: each verifier at its largest K only.
+    Each measured row keeps its acceptance per draft position (mean over the prompts): a row
+    whose drafts are rarely accepted tests little of what sets its verifier apart."""
     from algorithms.verifiers import get_verifier
     from paper_repro.cells import SESSION
 
@@ -238,7 +245,7 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
     per_prompt = -(-samples // len(prompts))  # at least ``samples`` in all
     plan = list(rows(verifiers, drafters, Ks, L=L, exit_layers=exit_layers,
                      mutant_rows=mutant_rows, self_rows=self_rows,
-                     target_layers=target.model.config.num_layers))
+                     target_layers=target.model.config.num_layers, largest_k_only=largest_k_only))
     out = []
 
     def pending() -> list[str]:  # the plan's rows not in ``out``
@@ -258,24 +265,28 @@ def audit(target, prompts: Sequence[Sequence[int]], *, verifiers, drafters=("ear
         stored = store.get(key) if store is not None else None
         if stored is not None:
             out.append(row | dict(samples=stored["samples"], fit=Fit(**stored["fit"]),
-                                  seconds=stored["seconds"], resumed=True))
+                                  seconds=stored["seconds"], resumed=True,
+                                  acceptance=stored.get("acceptance")))
             log(f"{kind:>26} {name:<16} K={K}: stored (resumed)")
             continue
         if not measure:  # the table of what is stored; the rest is listed as pending
             continue
         t0 = time.perf_counter()
         g = df = tv = unexpected = 0
+        accepted = []
         for j, (prompt, law) in enumerate(zip(prompts, laws, strict=True)):
-            counts = sample_pairs(target, drafter, name, prompt, per_prompt,
-                                  seed=row_seed(seed, kind, name, K) + j, batch=batch)
+            counts, acc = sample_pairs(target, drafter, name, prompt, per_prompt,
+                                       seed=row_seed(seed, kind, name, K) + j, batch=batch)
+            accepted.append(acc)
             gj, dfj, tvj, uj = g_test(counts, law, per_prompt)
             g, df, tv, unexpected = g + gj, df + dfj, tv + tvj / len(prompts), unexpected + uj
         fit = Fit(g, df, float(stats.chi2.sf(g, df)) if df > 0 else 1.0, tv, unexpected)
+        acceptance = [float(np.mean(a)) for a in zip(*accepted, strict=True)]
         out.append(row | dict(samples=per_prompt * len(prompts), fit=fit,
-                              seconds=time.perf_counter() - t0))
+                              seconds=time.perf_counter() - t0, acceptance=acceptance))
         if store is not None:
             store.put(dict(key=key, session=SESSION, samples=out[-1]["samples"],
-                           fit=asdict(fit), seconds=out[-1]["seconds"]))
+                           fit=asdict(fit), seconds=out[-1]["seconds"], acceptance=acceptance))
         log(f"{kind:>26} {name:<16} K={K}: G={fit.g:.1f} df={fit.df} p={fit.p_value:.3g} "
             f"TV~{fit.tv:.4f} unexpected={fit.unexpected} ({out[-1]['seconds']:.0f} s)")
         if on_row is not None:  # e.g. rewrite the results file, so a long run keeps its rows
@@ -300,7 +311,13 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
         "samples resolve its bias at this setting. *TV at 80 % power*: the smallest TV this "
         "row's test detects 4 times in 5 for a diffuse bias (every cell scaled by 1 +- eps; "
         "`detectable_tv`): a bias spread that thin and smaller passes unseen, one on rare cells "
-        "shows at a smaller TV.",
+        "shows at a smaller TV. *P(accept) by position*: accepted over drafted at each draft "
+        "position, pooled over the run's steps, mean over the prompts. *... in accepted "
+        "branches*: that TV over P(accept) at position 1, the smallest bias a test of this row "
+        "detects 4 times in 5 when the bias lies only in the runs where a draft token was "
+        "accepted (the branches where block, greedy_block, multipath_block, traversal and "
+        "ordered_rrs differ from token SD): a row whose drafts are rarely accepted tests them "
+        "weakly.",
         "",
         "Earlier reduced runs (1,000-4,000 samples per row, every lossless verifier, and the "
         "same audit on the tiny random decoder) are in `audit_reduced.md`.",
@@ -309,11 +326,12 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
     if note:
         lines += [note, ""]
     lines += ["| drafter | verifier | K | claims lossless | samples | G | df | p-value | TV est. "
-              "| TV at 80 % power | verdict | s |", "|---" * 12 + "|"]
+              "| TV at 80 % power | P(accept) by position | TV at 80 % power in accepted branches "
+              "| verdict | s |", "|---" * 14 + "|"]
     for r in results:
         head = f"| {r['drafter']} | {r['verifier']} | {r['K']} | {'yes' if r['lossless'] else 'no'}"
         if "refused" in r:
-            lines.append(f"{head} | – | – | – | – | – | – | refused before compiling | – |")
+            lines.append(f"{head} | – | – | – | – | – | – | – | – | refused before compiling | – |")
             continue
         f = r["fit"]
         if r["lossless"]:
@@ -322,8 +340,12 @@ def render(results: list[dict], *, model: str, prompts: Sequence[str], command: 
             verdict = "bias not resolved" if f.passes() else "bias detected"
         if f.unexpected:
             verdict += f" ({f.unexpected} impossible samples)"
+        power = detectable_tv(r["samples"], f.df)
+        acc = r.get("acceptance") or []
+        shown = " / ".join(f"{a:.3f}" for a in acc) if acc else "–"
+        inside = f"{power / acc[0]:.3f}" if acc and acc[0] > 0 else "–"
         lines.append(f"{head} | {r['samples']} | {f.g:.1f} | {f.df} | {f.p_value:.3g} | "
-                     f"{f.tv:.4f} | {detectable_tv(r['samples'], f.df):.4f} | {verdict} | "
+                     f"{f.tv:.4f} | {power:.4f} | {shown} | {inside} | {verdict} | "
                      f"{r['seconds']:.0f} |")
     if pending:
         lines += ["", f"Not measured yet ({len(pending)} rows; rerun the command to resume): "
@@ -354,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--note", default="")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--largest-k-only", action="store_true",
+                        help="each verifier at its largest K in --K only")
+    parser.add_argument("--no-self-rows", dest="self_rows", action="store_false",
+                        help="leave out the rows drafted by the target itself (q = p)")
     parser.add_argument("--stored-only", action="store_true",
                         help="rewrite the table from the stored rows; measure nothing")
     parser.add_argument("--no-resume", dest="resume", action="store_false",
@@ -392,7 +418,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = audit(target, prompts, verifiers=names, drafters=args.drafters, Ks=args.K,
                     L=args.L, samples=args.samples, exit_layers=args.exit_layers,
                     batch=args.batch, seed=args.seed, mutant_rows=mutant_rows,
-                    on_row=write, store=store, measure=not args.stored_only)
+                    on_row=write, store=store, measure=not args.stored_only,
+                    self_rows=SELF_ROWS if args.self_rows else (),
+                    largest_k_only=args.largest_k_only)
     if not args.stored_only:  # (stored-only: on_row already wrote it, with the pending rows)
         write(results)
     print(f"wrote {args.out}")

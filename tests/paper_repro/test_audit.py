@@ -111,3 +111,34 @@ def test_the_self_drafted_row_drafts_with_every_layer_of_the_target(tiny):
     only_token = rows(["token"], ["early_exit"], [1], L=2, exit_layers=1,
                       self_rows=(("spectr_gbv", 3),), target_layers=layers)
     assert SELF not in {r[0] for r in only_token}
+
+
+def test_a_row_keeps_its_acceptance_per_position_and_the_power_inside_accepted_branches(
+        tiny, tmp_path):
+    """The self-drafted row (q = p: every draft token accepted) stores acceptance 1 at both
+    positions, a stored row brings it back, and the accepted-branch power is the row's
+    detectable TV over P(accept) at position 1 (1 here; 4x the TV at 0.25)."""
+    from paper_repro.audit import Fit, detectable_tv
+    from paper_repro.cells import CellStore
+
+    layers = tiny.model.config.num_layers
+    kw = dict(verifiers=["token"], drafters=("early_exit",), Ks=(1,), samples=200,
+              exit_layers=layers, batch=200, mutant_rows=(), log=lambda *_: None)
+    row = audit(tiny, [PROMPT], store=CellStore(tmp_path / "rows.jsonl"), **kw)[0]
+    assert row["acceptance"] == pytest.approx([1.0, 1.0])
+    again = audit(tiny, [PROMPT], store=CellStore(tmp_path / "rows.jsonl"), **kw)[0]
+    assert again["resumed"] and again["acceptance"] == row["acceptance"]
+    fit = Fit(10.0, 10, 0.5, 0.01, 0)
+    base = dict(drafter="early_exit", verifier="block", K=1, lossless=True, samples=1000,
+                seconds=1.0, fit=fit)
+    power = detectable_tv(1000, 10)
+    table = render([base | dict(acceptance=[0.25, 0.1])], model="m", prompts=["p"], command="c")
+    assert f"| {power:.4f} | 0.250 / 0.100 | {4 * power:.3f} | pass |" in table
+    old = render([base], model="m", prompts=["p"], command="c")  # a row stored before the column
+    assert f"| {power:.4f} | – | – | pass |" in old
+
+
+def test_largest_k_only_leaves_out_the_smaller_k():
+    plan = rows(["specinfer", "block"], ["early_exit"], [1, 3], L=2, exit_layers=1,
+                mutant_rows=(), largest_k_only=True)
+    assert sorted((name, K) for _, _, name, K, _ in plan) == [("block", 1), ("specinfer", 3)]
