@@ -11,7 +11,20 @@ N(0, 1), so acceptance is neither ~0 nor ~1; drafts are sampled from q, and ever
 the root laws (p[:, 0], q[:, 0]) as the verifier contract requires. Shapes, not values, set the
 cost of most verifiers; the few with data-dependent loops see typical acceptance here.
 
+Random laws understate what the decode loop pays, for two reasons (issue 44):
+
+- ``--mode agree``: real code drafts agree. The K drafts are one block, with one shared q per
+  depth, peaked at T = 0.4 and p close to q, so acceptance is high and every depth has K
+  survivors (SpecTr searches rho at all L depths, not only at the root). ``--mode npz
+  --inputs F.npz`` times saved real inputs instead: keys ``drafts`` [K, L] int32, ``q``
+  [K, L, V] float32, ``p`` [K, L+1, V] float32, the verifier's own arguments after the sampling
+  transform (``save_inputs`` writes that file).
+- ``--in-loop``: the decode loop calls the verifier under ``jax.vmap`` over the batch, batch 1
+  included, and under vmap a ``lax.cond`` whose predicate depends on the data runs *both*
+  branches (a select). This times ``jit(vmap(verifier))`` on a batch of one.
+
     python -m benchmarks.verify_cost [--tree-ms 850] [--K 4 8] [--L 8] [--calls 20]
+        [--mode random|agree|npz] [--inputs F.npz] [--in-loop]
         [--out paper_repro/results/verify_cost.md]
 
 Budget: every verifier within 5 % of the target's tree pass at K = 4, L = 8. The tree
@@ -57,11 +70,55 @@ def random_inputs(key, *, K: int, L: int, V: int):
     return drafts, q, p
 
 
-def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int) -> float:
-    """Median milliseconds of one jitted call (results blocked on), after ``warmup`` calls."""
+def agree_inputs(key, *, K: int, L: int, V: int, temperature: float = 0.4):
+    """(drafts, q, p) for K drafts that agree over the whole block, as real code drafts do.
+
+    Per depth one law pair: draft logits ~ N(0, 2^2) plus a spike of 12 at the drafted token,
+    target logits = draft logits + N(0, 0.3^2), both at ``temperature``. Every draft carries the
+    same tokens and the same q rows (i.i.d. drafts that share a prefix share their laws)."""
+    k_q, k_p, k_t = jax.random.split(key, 3)
+    tokens = jax.random.randint(k_t, (L + 1,), 0, V)
+    q_logits = (2.0 * jax.random.normal(k_q, (L + 1, V))).at[jnp.arange(L + 1), tokens].add(12.0)
+    p_logits = q_logits + 0.3 * jax.random.normal(k_p, (L + 1, V))
+    q = jax.nn.softmax(q_logits[:L] / temperature, axis=-1)
+    p = jax.nn.softmax(p_logits / temperature, axis=-1)
+    drafts = jnp.broadcast_to(tokens[:L], (K, L)).astype(jnp.int32)
+    return drafts, jnp.broadcast_to(q, (K, L, V)), jnp.broadcast_to(p, (K, L + 1, V))
+
+
+def save_inputs(path: Path, drafts, q, p) -> None:
+    """Write one verifier call's inputs in the format ``load_inputs`` reads (see the module
+    docstring): e.g. from a debugging hook in ``DecodeLoop.finish``."""
+    np.savez_compressed(path, drafts=np.asarray(drafts, np.int32),
+                        q=np.asarray(q, np.float32), p=np.asarray(p, np.float32))
+
+
+def load_inputs(path: Path):
+    """(drafts [K, L] int32, q [K, L, V] float32, p [K, L+1, V] float32) from a .npz file."""
+    with np.load(path) as f:
+        drafts, q, p = f["drafts"], f["q"], f["p"]
+    K, L = drafts.shape
+    if q.shape[:2] != (K, L) or p.shape != (K, L + 1, q.shape[2]):
+        raise ValueError(f"{path}: shapes drafts {drafts.shape}, q {q.shape}, p {p.shape} do "
+                         "not fit [K, L], [K, L, V], [K, L+1, V]")
+    return (jnp.asarray(drafts, jnp.int32), jnp.asarray(q, jnp.float32),
+            jnp.asarray(p, jnp.float32))
+
+
+def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
+                  in_loop: bool = False) -> float:
+    """Median milliseconds of one jitted call (results blocked on), after ``warmup`` calls;
+    ``in_loop``: vmapped over a batch of one, as the decode loop calls it."""
     K, L = drafts.shape
     state = verifier.init_state(L, q.shape[-1])
     fn = jax.jit(verifier)
+    if in_loop:
+        batched = jax.jit(jax.vmap(verifier))
+        state = jax.tree.map(lambda x: x[None], state)
+        drafts, q, p = drafts[None], q[None], p[None]
+
+        def fn(key, *args):
+            return batched(key[None], *args)
     keys = jax.random.split(jax.random.key(seed), warmup + calls)
     for i in range(warmup):
         jax.block_until_ready(fn(keys[i], drafts, q, p, state))
@@ -74,17 +131,26 @@ def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int)
 
 
 def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: int, calls: int,
-            warmup: int, seed: int) -> dict[tuple[str, int, int], float]:
+            warmup: int, seed: int, mode: str = "random", inputs: Path | None = None,
+            in_loop: bool = False) -> dict[tuple[str, int, int], float]:
     results = {}
+    if mode == "npz":  # one (K, L, V) from the file; single-draft verifiers take draft 0
+        drafts, q, p = load_inputs(inputs)
+        Ks, Ls, V = [drafts.shape[0]], [drafts.shape[1]], q.shape[2]
     for K in Ks:
         for L in Ls:
-            drafts, q, p = random_inputs(jax.random.key(seed), K=K, L=L, V=V)
+            if mode != "npz":
+                make = agree_inputs if mode == "agree" else random_inputs
+                drafts, q, p = make(jax.random.key(seed), K=K, L=L, V=V)
             for name in names:
                 verifier = get_verifier(name)
-                if verifier.max_drafts is not None and K > verifier.max_drafts:
+                one = verifier.max_drafts is not None and K > verifier.max_drafts
+                if one and mode != "npz":
                     continue  # single-draft verifiers run at K = 1 only
-                results[(name, K, L)] = time_verifier(verifier, drafts, q, p, calls=calls,
-                                                      warmup=warmup, seed=seed + 1)
+                args = (drafts[:1], q[:1], p[:1]) if one else (drafts, q, p)
+                results[(name, K, L)] = time_verifier(verifier, *args, calls=calls,
+                                                      warmup=warmup, seed=seed + 1,
+                                                      in_loop=in_loop)
     return results
 
 
@@ -101,11 +167,11 @@ def measured_tree_ms(path: Path = DECODE_SPEED) -> float | None:
 
 
 def render(results, names, Ks, Ls, *, tree_ms: float, tree_source: str, V: int,
-           calls: int) -> str:
+           calls: int, setting: str = "random laws") -> str:
     """The table as markdown (header line, then one row per verifier)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     cols = [(K, L) for K in Ks for L in Ls]
-    lines = [f"verify cost, V={V}, median of {calls} jitted calls on "
+    lines = [f"verify cost, V={V}, {setting}, median of {calls} jitted calls on "
              f"{hardware.describe()} (load {load:.1f}): ms (% of "
              f"a {tree_ms:g} ms tree pass, {tree_source}; budget {100 * BUDGET:g} %)", "",
              "| verifier | " + " | ".join(f"K={K} L={L}" for K, L in cols) + " |",
@@ -131,6 +197,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--L", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--verifiers", nargs="+", default=None,
                         help=f"default: every registered one ({', '.join(list_verifiers())})")
+    parser.add_argument("--mode", choices=["random", "agree", "npz"], default="random",
+                        help="random laws, agreeing peaked drafts, or saved inputs (--inputs)")
+    parser.add_argument("--inputs", type=Path, default=None,
+                        help="a .npz of one call's drafts, q, p (--mode npz; format above)")
+    parser.add_argument("--in-loop", action="store_true",
+                        help="time vmap(verifier) on a batch of one, as the decode loop runs it")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -143,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.calls < 1 or args.warmup < 1:
         parser.error("--calls and --warmup must be >= 1")
+    if (args.mode == "npz") != (args.inputs is not None):
+        parser.error("--inputs goes with --mode npz, and --mode npz needs --inputs")
     if args.tree_ms is not None and args.tree_ms <= 0:
         parser.error("--tree-ms must be > 0")
     names = args.verifiers or list_verifiers()
@@ -150,15 +224,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown verifiers {unknown}; allowed: {', '.join(list_verifiers())}")
     results = measure(names, args.K, args.L, V=args.vocab, calls=args.calls, warmup=args.warmup,
-                      seed=args.seed)
+                      seed=args.seed, mode=args.mode, inputs=args.inputs, in_loop=args.in_loop)
+    Ks, Ls, V = args.K, args.L, args.vocab
+    if args.mode == "npz":
+        drafts, q, _ = load_inputs(args.inputs)
+        Ks, Ls, V = [drafts.shape[0]], [drafts.shape[1]], q.shape[2]
+    setting = {"random": "random laws", "agree": "agreeing peaked drafts (T = 0.4)",
+               "npz": f"inputs from {args.inputs}"}[args.mode]
+    setting += ", vmapped over a batch of 1 as in the decode loop" if args.in_loop else ""
     if args.tree_ms is not None:
         tree_ms, source = args.tree_ms, "given with --tree-ms"
     elif (tree_ms := measured_tree_ms()) is not None:
         source = f"{TREE_MODEL} {TREE_PASS} measured by decode_speed ({DECODE_SPEED.name})"
     else:
         parser.error(f"no {DECODE_SPEED.name} to take the tree pass from; pass --tree-ms")
-    table = render(results, names, args.K, args.L, tree_ms=tree_ms, tree_source=source,
-                   V=args.vocab, calls=args.calls)
+    table = render(results, names, Ks, Ls, tree_ms=tree_ms, tree_source=source,
+                   V=V, calls=args.calls, setting=setting)
     print(table)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

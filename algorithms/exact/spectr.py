@@ -1,8 +1,8 @@
 """Exact one-iteration law of SpecTr with K-SEQ at every node (docs/verifiers/spectr.md; Sun et al.,
 NeurIPS 2023), computed as a recursion over the draft tree.
 
-Independent of the JAX verifier: rho* is found with Brent's method in float64 (the JAX code
-bisects a fixed number of steps), so a bug in one search cannot hide in the other. Tree
+Independent of the JAX verifier: rho* is found with Brent's method in float64 (the JAX code runs
+a bracketed Newton search), so a bug in one search cannot hide in the other. Tree
 recursion as in ``algorithms.exact.specinfer``: the law below a node depends only on (prefix,
 number of survivors m), because the survivors' continuations are i.i.d. q given the prefix.
 """

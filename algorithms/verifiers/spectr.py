@@ -12,9 +12,10 @@ sample the residual
 with beta(rho) = sum_x min(q(x), p(x)/rho) and P_acc = 1 - (1 - beta)^k. The output is exactly
 p-distributed whenever P_acc <= rho beta (p_res >= 0). f(rho) = P_acc - rho beta is
 non-increasing on [1, k] with f(1) >= 0 >= f(k); acceptance falls with rho, so the best valid
-rho is the root rho*. We bisect with a fixed number of steps, always keeping the upper end
-(f(hi) <= 0), so the rho used is valid even when the search stops early. k = 1 gives rho = 1,
-standard speculative sampling.
+rho is the root rho*. Any valid rho keeps the output exact; rho* only maximises acceptance. The
+search (``kseq_rho``) is a bracketed Newton iteration, one pass over the vocabulary per step,
+always keeping the upper end (f(hi) <= 0), so the rho used is valid even when it stops early.
+k = 1 gives rho = 1, standard speculative sampling.
 
 Tree walk: at depth t the survivors are the drafts whose first t tokens equal the emitted
 prefix; K-SEQ runs with k = #survivors and that node's p and q. If its output Y (accepted or
@@ -63,18 +64,54 @@ def kseq_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], rho, k):
     return beta, -jnp.expm1(k * jnp.log1p(-jnp.minimum(beta, 1.0)))
 
 
-def kseq_rho(p: Float[Array, " V"], q: Float[Array, " V"], k, steps: int) -> Array:
-    """rho* by ``steps`` bisection steps on [1, k], returning the valid upper end."""
-    k = jnp.asarray(k, p.dtype)
+def kseq_gap_slope(p: Float[Array, " V"], q: Float[Array, " V"], rho, k):
+    """f(rho) = P_acc - rho beta and its slope, from one pass over the vocabulary.
 
-    def step(_, bracket):
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        beta, p_acc = kseq_acceptance(p, q, mid, k)
-        valid = p_acc - mid * beta <= 0.0
-        return jnp.where(valid, lo, mid), jnp.where(valid, mid, hi)
+    Tokens with q <= p/rho add q to beta (mass ``capped``), the rest p/rho, so on each piece
+    between the breakpoints rho = p(x)/q(x): beta' = -(beta - capped)/rho and
+    f' = -capped - k (1 - beta)^(k-1) (beta - capped)/rho < 0. The slope is exact on the piece,
+    so a Newton step lands on the root whenever no breakpoint lies in between.
+    """
+    beta = jnp.minimum(q, p / rho).sum()
+    capped = jnp.where(q <= p / rho, q, 0.0).sum()
+    log_miss = jnp.log1p(-jnp.minimum(beta, 1.0))
+    gap = -jnp.expm1(k * log_miss) - rho * beta
+    return gap, -capped - k * jnp.exp((k - 1) * log_miss) * (beta - capped) / rho
 
-    _, hi = lax.fori_loop(0, steps, step, (jnp.ones((), p.dtype), k))
+
+def kseq_rho(p: Float[Array, " V"], q: Float[Array, " V"], k, max_passes: int) -> Array:
+    """rho* by at most ``max_passes`` bracketed Newton steps on [1, k]; the valid upper end.
+
+    Why not bisection: 40 halvings cost 40 passes over V = 151,936 at every node with two or
+    more survivors. Newton from rho = 1 needs ~5 on random laws and <= 13 on peaked ones. A step
+    that leaves the bracket is replaced by its midpoint (so the bracket still shrinks), and a
+    step from the invalid side overshoots by 1/8 so that the next point is usually valid. The
+    search stops at a valid rho a few ulps from the root (or, where f is flat, with a gap within
+    2 ulps of 0: computed f is only that accurate, and any valid rho is exact). In float32 at
+    V = 151,936 it loses < 1e-6 of acceptance against rho*, as 40 halvings did
+    (tests/algorithms/test_spectr.py).
+    """
+    dtype = p.dtype
+    k = jnp.asarray(k, dtype)
+    eps = jnp.finfo(dtype).eps
+
+    def step(carry):
+        i, lo, hi, rho, _ = carry
+        gap, slope = kseq_gap_slope(p, q, rho, k)
+        valid = gap <= 0
+        lo, hi = jnp.where(valid, lo, rho), jnp.where(valid, rho, hi)
+        # Done at a valid rho whose Newton step is < 4 ulps, or whose gap is within 2 ulps of 0
+        # (where f is flat), or when the bracket is 4 ulps wide.
+        near = (-gap <= -4 * eps * rho * slope) | (gap >= -2 * eps)
+        done = (valid & near) | (hi - lo <= 4 * eps * hi)
+        newton = -gap / jnp.where(slope < 0, slope, -1.0)
+        nxt = rho + jnp.where(valid, newton, 1.125 * newton + 4 * eps * rho)
+        nxt = jnp.where((nxt > lo) & (nxt < hi), nxt, 0.5 * (lo + hi))
+        return i + 1, lo, hi, nxt, done
+
+    one = jnp.ones((), dtype)
+    init = (jnp.int32(0), one, k, one, jnp.bool_(False))
+    _, _, hi, _, _ = lax.while_loop(lambda c: (c[0] < max_passes) & ~c[4], step, init)
     return hi
 
 
@@ -97,6 +134,7 @@ class SpecTrVerifier:
         return ()
 
     def rho(self, p: Float[Array, " V"], q: Float[Array, " V"], k) -> Array:
+        # bisection_steps caps the search passes (the name predates the Newton search).
         # One survivor (the common case below the root at large V) needs no search: rho* = 1.
         return lax.cond(k > 1, lambda: kseq_rho(p, q, k, self.bisection_steps),
                         lambda: jnp.ones((), p.dtype))

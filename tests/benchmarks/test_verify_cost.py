@@ -46,3 +46,34 @@ def test_default_tree_pass_is_the_measured_one(capsys, tmp_path):
 def test_rejects_unknown_verifier():
     with pytest.raises(SystemExit):
         verify_cost.main(["--verifiers", "nope"])
+
+
+def test_agree_inputs_are_one_block_with_shared_laws():
+    """--mode agree: every draft carries the same tokens and q rows, and the drafted token is
+    q's mode at every depth (the case where SpecTr keeps K survivors to the end)."""
+    drafts, q, p = verify_cost.agree_inputs(jax.random.key(0), K=3, L=4, V=50)
+    assert drafts.shape == (3, 4) and q.shape == (3, 4, 50) and p.shape == (3, 5, 50)
+    assert (np.asarray(drafts) == np.asarray(drafts[0])).all()
+    assert (np.asarray(q) == np.asarray(q[0])).all()
+    assert (np.asarray(q[0]).argmax(-1) == np.asarray(drafts[0])).all()
+    np.testing.assert_allclose(np.asarray(p.sum(-1)), 1.0, atol=1e-5)
+
+
+def test_npz_round_trip_and_in_loop_table(tmp_path, capsys):
+    """save_inputs -> --mode npz times the saved call (K, L, V from the file), also vmapped;
+    a file with inconsistent shapes is refused."""
+    path = tmp_path / "call.npz"
+    verify_cost.save_inputs(path, *verify_cost.random_inputs(jax.random.key(1), K=2, L=3, V=40))
+    drafts, q, p = verify_cost.load_inputs(path)
+    assert drafts.shape == (2, 3) and q.shape == (2, 3, 40) and p.shape == (2, 4, 40)
+    verify_cost.main(["--mode", "npz", "--inputs", str(path), "--in-loop", "--calls", "1",
+                      "--verifiers", "token", "spectr", "--tree-ms", "10"])
+    out = capsys.readouterr().out
+    assert "V=40" in out and "K=2 L=3" in out and "batch of 1" in out
+    assert out.count("%") >= 3  # token ran on draft 0, spectr on both
+    np.savez(tmp_path / "bad.npz", drafts=np.zeros((2, 3), np.int32),
+             q=np.zeros((2, 3, 40), np.float32), p=np.zeros((2, 3, 40), np.float32))
+    with pytest.raises(ValueError, match="do not fit"):
+        verify_cost.load_inputs(tmp_path / "bad.npz")
+    with pytest.raises(SystemExit):
+        verify_cost.main(["--mode", "npz"])
