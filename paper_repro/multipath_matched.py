@@ -150,8 +150,9 @@ def markdown(rows: list[dict], names: list[str], seconds: float, argv: list[str]
     for w in win.values():
         for n in w.split(" = "):
             tally[n] = tally.get(n, 0) + 1
-    lines.append("Best (highest mean fraction) in: " + ", ".join(
-        f"{n} {tally[n]} of {len(win)} cells" for n in sorted(tally, key=lambda n: -tally[n])) + ".")
+    ranked = sorted(tally, key=lambda n: -tally[n])
+    lines.append("Best (highest mean fraction) in: "
+                 + ", ".join(f"{n} {tally[n]} of {len(win)} cells" for n in ranked) + ".")
     lines += ["", "| laws | T | K | best |", "|---|---|---|---|"]
     lines += [f"| {s} | {T:g} | {K} | {w} |" for (s, T, K), w in win.items()]
     worst = {n: min(fraction(rs, n) for rs in cells(rows).values()) for n in names}
