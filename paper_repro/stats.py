@@ -6,6 +6,10 @@ seconds of each timing repeat. Every statistic is a function of resample indices
 (``specjax.eval.bootstrap``), so all statistics of a table share the same resamples (paired).
 Table scripts (``table1``, ``table_repo``, ``ablations``, ``drafting``, ``policies``) import
 these; none computes its own.
+
+A gain between two methods is *resolved* only when the bootstrap interval, a paired t interval
+and an exact sign-flip p (Holm-adjusted over the table) agree (``gain_test``,
+``specjax.eval.paired``); ``significant`` is the bootstrap interval alone.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import functools
 
 import numpy as np
 
-from specjax.eval import bootstrap
+from specjax.eval import bootstrap, paired
 
 LOSSLESS_TOL = 1e-12
 
@@ -126,6 +130,38 @@ def gain_stat(stat_a, stat_b):
     return lambda idx, rep=None: 100.0 * (stat_a(idx, rep) / stat_b(idx, rep) - 1.0)
 
 
+def prompt_log_ratios(cells, datasets, a: str, b: str, num: str, den: str) -> np.ndarray:
+    """Per prompt: log[(num / den under ``a``) / (num / den under ``b``)], the paired difference
+    the sign-flip test and the t interval of a gain use.
+
+    Why a log ratio of the prompt's own metric: the gains are ratios, so the per-prompt unit is
+    the prompt's own ratio, and the log makes it antisymmetric in a and b (swapping the labels
+    of a prompt, the null the sign-flip test permutes, flips its sign) and a gain and its inverse
+    (+25 % one way, -20 % the other) equal and opposite. Pairing is by prompt index, as the
+    bootstrap pairs prompts (every method of a table decodes the same prompts with the same
+    seeds). The estimand differs from the table's ratio of sums: its mean is the log of the
+    geometric mean of the per-prompt ratios, each prompt weighing the same, where the ratio of
+    sums weighs long prompts more. Requiring both to exclude 0 on the same side is the point: a
+    gain carried by a few long prompts is not resolved. Seconds are each prompt's mean over its
+    timing repeats (the point estimate's), so these tests do not hold the repeat-to-repeat
+    spread of the clock that the bootstrap resamples; requiring the bootstrap too keeps that
+    spread in the verdict."""
+    def per_prompt(method):
+        x, y = (field(cells, datasets, method, k) for k in (num, den))
+        x, y = (v.mean(axis=1) if v.ndim == 2 else v for v in (x, y))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(np.asarray(x, float)) - np.log(np.asarray(y, float))
+
+    return per_prompt(a) - per_prompt(b)
+
+
+def gain_test(gain: tuple[float, float, float], diffs: np.ndarray) -> paired.PairedTest:
+    """A gain in % (``estimate`` of a ``gain_stat``) with the paired t interval and sign-flip p
+    of its per-prompt log ratios ``diffs`` (``prompt_log_ratios``), mapped to % by
+    100 (e^x - 1). Holm comes later, over the table's family (``paired.adjust``)."""
+    return paired.paired_test(diffs, gain, scale=lambda x: 100.0 * np.expm1(x))
+
+
 def one_machine(cells, datasets, *methods) -> bool:
     """Whether these cells' seconds come from one machine: BE compares across machines, a
     ratio of two machines' seconds is the speed of neither."""
@@ -152,3 +188,13 @@ def ci(x: tuple[float, float, float], digits: int = 2, pct: bool = False) -> str
 
 def significant(x: tuple[float, float, float]) -> str:
     return "yes" if x[1] > 0 or x[2] < 0 else "no"
+
+
+def resolved(test: paired.PairedTest) -> str:
+    return "yes" if test.resolved else "no"
+
+
+def pvalue(test: paired.PairedTest) -> str:
+    """Sign-flip p, then Holm-adjusted over the table's family."""
+    f = lambda p: "nan" if not np.isfinite(p) else f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
+    return f"{f(test.p)} ({f(test.p_holm)})"

@@ -55,18 +55,21 @@ from paper_repro.stats import (
     estimate,
     field,
     gain_stat,
+    gain_test,
     gap_stat,
     lossless_text,
     lossless_verdict,
     one_machine,
     per_position,
+    prompt_log_ratios,
+    pvalue,
+    resolved,
     seconds_stat,
-    significant,
     sr_by_repeat,
     sr_stat,
     timing_repeats,
 )
-from specjax.eval import bootstrap
+from specjax.eval import bootstrap, paired
 
 PAPER_SETTING = dict(K=3, L=8, temperature=0.4)
 TRIO = ("humaneval", "gsm8k", "alpaca")
@@ -178,7 +181,9 @@ def rows(cells, setting: Setting, methods: list[Method]) -> list[dict]:
 
 def gains(cells, setting: Setting, names: set[str], base: str = "spectr_gbv") -> list[dict]:
     """``base``'s BE and SR gains (%) over each other method: pooled over the datasets and per
-    dataset, with paired bootstrap CIs; paper numbers where the paper has them."""
+    dataset, with paired bootstrap CIs; paper numbers where the paper has them. The pooled gains
+    also get their paired t interval and sign-flip p (``BE_test``, ``SR_test``); Holm comes once
+    the table's family is complete (``adjust_gains``)."""
     out = []
     has_ar = "ar" in names
     for other in [*PAPER_GAINS, *LOSSLESS_ALTERNATIVES]:
@@ -191,9 +196,26 @@ def gains(cells, setting: Setting, names: set[str], base: str = "spectr_gbv") ->
             if has_ar and one_machine(cells, ds, base, other, "ar"):
                 g["SR"] = estimate(gain_stat(sr_stat(cells, ds, base), sr_stat(cells, ds, other)),
                                    cells, ds, base)
+            if key == "pooled":
+                g["BE_test"] = gain_test(g["BE"], prompt_log_ratios(
+                    cells, ds, base, other, "new_tokens", "target_calls"))
+                if "SR" in g:  # SR_a / SR_b: AR divides out, leaving the throughput ratio
+                    g["SR_test"] = gain_test(g["SR"], prompt_log_ratios(
+                        cells, ds, base, other, "new_tokens", "seconds"))
             row["per_dataset"][key] = g
         out.append(row)
     return out
+
+
+def adjust_gains(gain_rows: list[dict]) -> None:
+    """Holm over the pooled gains of the table, the BE column and the SR column each its own
+    family: they answer different questions (calls vs seconds) from different runs in a split
+    table (BE on many prompts, SR on a few timed ones), and a reader reads each column down."""
+    for key in ("BE_test", "SR_test"):
+        pooled = [g["per_dataset"]["pooled"] for g in gain_rows
+                  if key in g["per_dataset"]["pooled"]]
+        for g, t in zip(pooled, paired.adjust([g[key] for g in pooled]), strict=True):
+            g[key] = t
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -225,8 +247,9 @@ def header(title: str, command: str, setting: Setting, cells: dict, elapsed: flo
                "draws the prompts (within each dataset) and the repeats with replacement, the "
                "same draws for every method (paired); a prompt's seconds are its mean over the "
                "drawn repeats. So the SR interval holds the repeat-to-repeat timing spread as "
-               "well as the prompts' spread; a difference is called significant only when its "
-               "interval excludes 0. *SR per repeat* lists each repeat's own SR.")
+               "well as the prompts' spread. A gain is called resolved only when its interval, a "
+               "paired t interval and an exact sign-flip test agree (the gains table). *SR per "
+               "repeat* lists each repeat's own SR.")
     else:
         speed = ("- **TR** (throughput ratio, not a latency speed-up) = speculative tokens/s "
                  "over AR tokens/s with each batch decoded in one jitted call that runs until "
@@ -359,22 +382,32 @@ def gains_table(gain_rows: list[dict], setting: Setting, paper: bool = True) -> 
              + ("pooled over the datasets (ratio of sums over all prompts, stratified paired "
                 "bootstrap)" if len(setting.datasets) > 1 else
                 "ratio of sums over the prompts, paired bootstrap")
-             + ". Significant: the 95 % CI excludes 0."
+             + ". **Resolved** (yes) only when three views agree: the bootstrap CI and a paired "
+             "t interval both exclude 0 on the same side, and the two-sided sign-flip p is at most"
+             " 0.05 after Holm's adjustment over this table's comparisons (the BE column one "
+             "family, the SR column another). The t interval and the sign-flip test use each "
+             "prompt's log ratio (its own BE, or tokens/s, under the two methods), so the t "
+             "interval is of the geometric-mean gain over prompts, each prompt weighing the "
+             "same; the sign-flip p is exact (all 2^n sign patterns) up to "
+             f"{paired.EXACT_MAX_N} prompts, Monte Carlo with {paired.N_MC:,} seeded patterns "
+             "above. At 6 prompts the smallest possible p is 2/64, so one prompt of the other "
+             "sign keeps a gain unresolved however tight its CI."
              + (" The paper's pair is DeepSeek-33B / 1.3B; ours is much smaller, so the "
                 "magnitudes need not match, the signs and the ordering should." if paper
                 else ""), "",
-             f"| SpecTr-GBV vs | paper BE gain | ours BE gain | sig. | paper SR gain | "
-             f"ours {speed_name(setting)} gain | sig. |", "|---|---|---|---|---|---|---|"]
+             "| SpecTr-GBV vs | paper BE gain | ours BE gain [bootstrap] | t interval | "
+             "sign-flip p (Holm) | resolved | paper SR gain | "
+             f"ours {speed_name(setting)} gain [bootstrap] | t interval | sign-flip p (Holm) | "
+             "resolved |", "|---|" + "---|" * 10]
     for g in gain_rows:
         p = g["paper"]
         pooled = g["per_dataset"]["pooled"]
         name = g["vs"] + (f" ({PAPER_NAMES[g['vs']]})" if g["vs"] in PAPER_NAMES else
                           " (lossless alternative)")
-        sr = pooled.get("SR")
-        lines.append(
-            f"| {name} | {f'+{p[0]:.1f}' if p else '—'} | {ci(pooled['BE'], 1, True)} | "
-            f"{significant(pooled['BE'])} | {f'+{p[1]:.1f}' if p else '—'} | "
-            f"{ci(sr, 1, True) if sr else '—'} | {significant(sr) if sr else '—'} |")
+        lines.append(f"| {name} | {f'+{p[0]:.1f}' if p else '—'} | "
+                     + gain_cells(pooled["BE"], pooled.get("BE_test"))
+                     + f" | {f'+{p[1]:.1f}' if p else '—'} | "
+                     + gain_cells(pooled.get("SR"), pooled.get("SR_test")) + " |")
     ds = setting.datasets
     if len(ds) == 1:  # the pooled rows above are that dataset's
         return lines
@@ -391,6 +424,16 @@ def gains_table(gain_rows: list[dict], setting: Setting, paper: bool = True) -> 
     return lines
 
 
+def gain_cells(boot: tuple[float, float, float] | None, test: paired.PairedTest | None) -> str:
+    """Bootstrap CI | t interval | sign-flip p (Holm) | resolved, for one gain."""
+    if boot is None:
+        return " | ".join("—" * 4)
+    if test is None:  # no per-prompt test: the interval alone, never called resolved
+        return f"{ci(boot, 1, True)} | — | — | no"
+    return (f"{ci(boot, 1, True)} | [{test.t[0]:+.1f}, {test.t[1]:+.1f}] | {pvalue(test)} | "
+            f"{resolved(test)}")
+
+
 def ordering(table_rows: list[dict], cells, setting: Setting) -> list[str]:
     """Our BE ordering of the paper's four methods (pooled) beside the paper's."""
     names = [n for n in PAPER_BE_SR if any(r["method"] == n for r in table_rows)]
@@ -405,8 +448,8 @@ def ordering(table_rows: list[dict], cells, setting: Setting) -> list[str]:
             "- Paper (BE reconstructed from the paper's reported gains): "
             f"{fmt(paper, lambda n: f'{PAPER_BE_SR[n][0]:.2f}')}",
             f"- Ours: {fmt(mine, lambda n: ci(ours[n]))}",
-            f"- Same order: {'yes' if paper == mine else 'no'}. Whether a swap is significant: "
-            "see the gains table (paired CIs)."]
+            f"- Same order: {'yes' if paper == mine else 'no'}. Whether a swap is resolved: "
+            "see the gains table (paired tests)."]
 
 
 def gap_table(table_rows: list[dict], setting: Setting) -> list[str]:
@@ -483,29 +526,41 @@ def paper_measurements(cells, setting: Setting, names: set[str], base: str = "sp
     if base not in names or vs not in names:
         return [], {}
     ds = list(setting.datasets)
-    iters = estimate(gain_stat(calls_stat(cells, ds, base), calls_stat(cells, ds, vs)),
-                     cells, ds, base)
-    wall = (estimate(gain_stat(seconds_stat(cells, ds, base), seconds_stat(cells, ds, vs)),
-                     cells, ds, base) if one_machine(cells, ds, base, vs) else None)
+    tests = {"iterations": gain_test(
+        estimate(gain_stat(calls_stat(cells, ds, base), calls_stat(cells, ds, vs)), cells, ds,
+                 base),
+        prompt_log_ratios(cells, ds, base, vs, "target_calls", "new_tokens"))}
+    if one_machine(cells, ds, base, vs):
+        tests["wall_clock"] = gain_test(
+            estimate(gain_stat(seconds_stat(cells, ds, base), seconds_stat(cells, ds, vs)),
+                     cells, ds, base),
+            prompt_log_ratios(cells, ds, base, vs, "seconds", "new_tokens"))
+    # Holm over the comparisons of this table (two of them when both were measured)
+    tests = dict(zip(tests, paired.adjust(list(tests.values())), strict=True))
+    iters, wall = ((t.point, *t.boot) if t else None
+                   for t in (tests["iterations"], tests.get("wall_clock")))
     b_base, b_vs = breakdown_of(cells, setting, base), breakdown_of(cells, setting, vs)
     verify = (None if not (b_base and b_vs) else
               (b_base["verify_ms"], b_vs["verify_ms"],
                100.0 * (b_base["verify_ms"] / b_vs["verify_ms"] - 1.0)))
-    out = dict(iterations=iters, wall_clock=wall, verify_ms=verify, K=setting.K)
+    out = dict(iterations=iters, wall_clock=wall, verify_ms=verify, K=setting.K,
+               tests=tests)
     v = (f"{verify[0]:.2f} ms vs {verify[1]:.2f} ms per call: {verify[2]:+.1f} %"
          if verify else "— (no time breakdown in these cells)")
     lines = ["", "## The paper's other measurements (SpecTr-GBV vs SpecTr, same cells)", "",
              "Changes in %, pooled over the datasets, 95 % CIs as above (negative = fewer / "
-             "less for SpecTr-GBV). The verifier time is one call of the verifier alone at the "
+             "less for SpecTr-GBV); resolved as in the gains table, Holm over the comparisons of "
+             "this table. The verifier time is one call of the verifier alone at the "
              "cell's shapes (the breakdown's verify part: sampling transform + verifier), one "
              "measurement each, no interval.", "",
-             "| measurement | paper | ours | sig. |", "|---|---|---|---|",
-             f"| decoding iterations (target calls per token) | -2.6 % | {ci(iters, 1, True)} | "
-             f"{significant(iters)} |",
-             f"| verifier overhead per call, K = {setting.K} | > 50 % less | {v} | — |",
+             "| measurement | paper | ours [bootstrap] | t interval | sign-flip p (Holm) | "
+             "resolved |", "|---|---|---|---|---|---|",
+             "| decoding iterations (target calls per token) | -2.6 % | "
+             + gain_cells(iters, tests["iterations"]) + " |",
+             f"| verifier overhead per call, K = {setting.K} | > 50 % less | {v} | — | — | — |",
              "| wall-clock per token | -6.3 to -11.8 % | "
-             + (f"{ci(wall, 1, True)} | {significant(wall)} |" if wall else
-                "— (the two cells were timed on different machines) | — |")]
+             + (gain_cells(wall, tests["wall_clock"]) + " |" if wall else
+                "— (the two cells were timed on different machines) | — | — | — |")]
     return lines, out
 
 
@@ -781,6 +836,7 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
             for key, per in g["per_dataset"].items():
                 other = timed_gains.get(g["vs"], {}).get("per_dataset", {}).get(key, {})
                 per.update({k: v for k, v in other.items() if k.startswith("SR")})
+    adjust_gains(gain_rows)  # once every column holds its final tests
     command = f"python -m paper_repro.{table} --preset {args.preset}" + "".join(
         f" {a}" for a in (sys.argv[1:] if argv is None else argv)
         if a not in ("--preset", args.preset))
@@ -823,7 +879,8 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
                   split=result_split if split is not None else None,
                   gains=gain_rows, paper_measurements=measured, session=SESSION,
                   markdown=str(path), figure=str(figure))
-    (args.out / f"{table}_{args.preset}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{table}_{args.preset}.json").write_text(
+        json.dumps(result, indent=1, default=paired.PairedTest.as_dict) + "\n")
     print(f"{table}: {len(cells)} cells -> {path} ({elapsed:.0f} s)", file=sys.stderr)
     return result
 
