@@ -26,7 +26,7 @@ import time
 import jax
 from flax import nnx
 
-from specjax.decode.engine import DecodeLoop
+from specjax.decode.engine import DecodeLoop, per_sequence
 
 
 def _median_ms(fn, args, reps: int, *, warm: bool = False) -> float:
@@ -78,7 +78,7 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
             def one(s, d, qq, lg):
                 k_verify = loop._keys(s)[1]
                 return loop.verifier(k_verify, d, qq, loop.sampling(lg), s.verifier_state)
-            return jax.vmap(one)(st, drafts, q, logits)
+            return per_sequence(one, st, drafts, q, logits)  # as the loop's ``finish`` does
 
         # One jitted callable per part: a fresh jax.jit wrapper would compile the part again.
         propose, score, verify = jit(propose), jit(score), jit(verify)

@@ -29,6 +29,20 @@ from specjax.models.passes import commit_path, decode, prefill, score_tree, trie
 from specjax.models.sampling import Sampling
 
 
+def per_sequence(f, *args):
+    """``jax.vmap(f)(*args)``, except that a batch of one calls ``f`` on its one sequence.
+
+    Why: under ``vmap`` a data-dependent ``lax.cond`` becomes a select that runs both branches,
+    and a ``while_loop`` runs until every lane is done. A verifier's branches are written for
+    one sequence (SpecTr's per-node rules, its rho search where two drafts survive): vmapped at
+    batch 1 they all ran on every call, 46 ms per SpecTr call in the loop against 16 ms alone
+    (``benchmarks/verify_cost.py --in-loop``, Xeon family 6 model 167). The shapes are static,
+    so the choice is made at trace time; dropping and restoring a unit axis is a bitcast."""
+    if all(x.shape[:1] == (1,) for x in jax.tree.leaves(args)):
+        return jax.tree.map(lambda x: x[None], f(*jax.tree.map(lambda x: x[0], args)))
+    return jax.vmap(f)(*args)
+
+
 @struct.dataclass
 class SeqState:
     history: Int[Array, " T"]  # prompt + generated tokens, zero padded
@@ -235,7 +249,8 @@ class DecodeLoop:
             which = jnp.sum(need > jnp.asarray(sizes[:-1]))
             scores = jax.lax.switch(which, [scored(n) for n in sizes])
         # (logits, cache, slot), plus the features when the drafter reads them
-        return jax.vmap(lambda *a: self.finish(target, dmodel, *a))(st, drafts, q, ds, *scores)
+        return per_sequence(lambda *a: self.finish(target, dmodel, *a), st, drafts, q, ds,
+                            *scores)
 
     def shard(self, st: SeqState) -> SeqState:
         """Pin the batch state's layout on the mesh (a no-op without one): sequences over
