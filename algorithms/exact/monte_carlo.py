@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
+from algorithms.exact.engine_drafts import draft_rows, referee_drafts
 from algorithms.exact.models import Context, ToyModel
 
 
@@ -107,6 +108,22 @@ def sample_fixed(verifier, P: ToyModel, drafts, *, n: int, seed: int, ctx: Conte
     uniq, counts = np.unique(rows, axis=0, return_counts=True)
     return {tuple(int(t) for t in row if t >= 0): int(c)
             for row, c in zip(uniq, counts, strict=True)}
+
+
+def referee_inputs(P: ToyModel, Q: ToyModel, structure: str, *, L: int, K: int,
+                   ctx: Context = (), dtype=jnp.float32, drafts_dtype=jnp.int32):
+    """(drafts, q, p) arrays of a deterministic engine draft structure ("argmax", "topk"):
+    ``engine_drafts`` builds the drafts from Q, q is Q's law at every draft prefix (what the
+    engines report, not one-hot) and p the target's, with the bonus row."""
+    drafts = referee_drafts(structure, Q, ctx, L, K)
+    return (jnp.asarray(np.asarray(drafts), drafts_dtype),
+            jnp.asarray(draft_rows(Q, ctx, drafts), dtype),
+            jnp.asarray(draft_rows(P, ctx, drafts, extra=True), dtype))
+
+
+def fixed_sampler(inputs):
+    """A ``sample_inputs``-shaped sampler that hands the same (drafts, q, p) to every step."""
+    return lambda key, q_table, p_table, *, V, L, K: inputs
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from scipy import stats
 from algorithms.exact import exact_law_of, iteration_law, random_pair
 from algorithms.exact.lookup import FIXED_LAWS, LookupDrafts
 from algorithms.exact.models import ConstantModel, DirichletModel, OneHotModel
-from algorithms.exact.monte_carlo import fixed_inputs, sample_inputs, tabulate
+from algorithms.exact.monte_carlo import fixed_inputs, referee_inputs, sample_inputs, tabulate
 from algorithms.verifiers import DETERMINISTIC, get_verifier, list_verifiers
 
 ALPHA = 1e-4  # per-test false-positive rate
@@ -133,14 +133,17 @@ def runner(verifier, K: int, L: int):
     return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, None)))
 
 
-def run(verifier, K: int, L: int, P, Q, drafts=None, seed: int = 0, n: int = N
+def run(verifier, K: int, L: int, P, Q, drafts=None, seed: int = 0, n: int = N, inputs=None
         ) -> dict[tuple, int]:
-    """Counts of the emitted strings of ``n`` verify steps (tau is their length minus one)."""
+    """Counts of the emitted strings of ``n`` verify steps (tau is their length minus one).
+    ``inputs``: fixed (drafts, q, p) arrays (an engine rule's deterministic drafts)."""
     q_table = jnp.asarray(tabulate(Q, L), jnp.float32)
     p_table = jnp.asarray(tabulate(P, L), jnp.float32)
-    fixed = fixed_inputs(P, drafts if drafts is not None else [[0] * L] * K)
+    fixed = inputs if inputs is not None else fixed_inputs(
+        P, drafts if drafts is not None else [[0] * L] * K)
     keys = jax.random.split(jax.random.key(seed), n)
-    return count_rows(runner(verifier, K, L)(keys, q_table, p_table, fixed, drafts is not None))
+    use_fixed = drafts is not None or inputs is not None
+    return count_rows(runner(verifier, K, L)(keys, q_table, p_table, fixed, use_fixed))
 
 
 def fit(verifier, kind: str, exact_of=None, n: int = N) -> GFit:
@@ -156,7 +159,11 @@ def fit(verifier, kind: str, exact_of=None, n: int = N) -> GFit:
         return g_test(run(verifier, K, L, P, P, drafts, seed=2, n=n), exact)
     P, Q = models(kind)
     exact = iteration_law(exact_law_of(name_of), P, Q, L=L, K=K)
-    return g_test(run(verifier, K, L, P, Q, seed=1, n=n), exact)
+    # Engine rules refereed on deterministic drafts ("argmax", "topk") get those drafts built
+    # from Q, with Q's softmax rows as q; every other verifier gets K i.i.d. blocks.
+    structure = getattr(verifier, "referee_drafts", "iid")
+    inputs = None if structure == "iid" else referee_inputs(P, Q, structure, L=L, K=K)
+    return g_test(run(verifier, K, L, P, Q, seed=1, n=n, inputs=inputs), exact)
 
 
 def fixed_law(verifier):

@@ -100,10 +100,14 @@ def test_block_bound_with_one_draft_is_the_single_draft_bound(seed):
 
 
 def lossless_verifiers_with_exact_laws():
+    """Lossless verifiers whose exact law draws i.i.d. drafts from Q, the drafts the bound is
+    for (engine rules refereed on deterministic top-k trees are left out)."""
     names = []
     for name in list_verifiers():
         module = exact_laws().get(name, "").split(":")[0]
-        if module and importlib.util.find_spec(module) and get_verifier(name).lossless:
+        v = get_verifier(name)
+        if (module and importlib.util.find_spec(module) and v.lossless
+                and getattr(v, "referee_drafts", "iid") == "iid"):
             names.append(name)
     return names
 
@@ -115,14 +119,15 @@ PAIRS = [(V, L, seed) for seed, (V, L) in enumerate(itertools.product((2, 3), (1
 @pytest.mark.parametrize("V, L, seed", PAIRS)
 def test_lossless_verifiers_stay_below_the_bound(name, V, L, seed):
     """Every registered lossless verifier: E[tau] <= block_bound at K = 1..3 (single-draft
-    verifiers at K = 1), and at K = 1 no worse than token verification."""
+    verifiers at K = 1), and at K = 1 no worse than token verification, except the engine rules
+    (``models``), which copy engines that accept less by design (exact match, truncation)."""
     verifier = get_verifier(name)
     law = exact_law_of(verifier)
     P, Q = random_pair(V, 40 + seed, concentration=0.5 + seed % 2)
     for K in (1, 2, 3) if verifier.max_drafts is None else (1,):
         tau = expected_tau(iteration_law(law, P, Q, L=L, K=K))
         assert tau <= block_bound(P, Q, L=L, K=K) + 1e-12, (name, K)
-        if K == 1:
+        if K == 1 and not hasattr(verifier, "models"):
             assert tau >= expected_tau(iteration_law(token_law, P, Q, L=L)) - 1e-12, name
 
 

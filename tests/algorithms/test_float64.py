@@ -15,6 +15,8 @@ from algorithms.exact.lookup import FIXED_LAWS
 from algorithms.exact.monte_carlo import (
     chi_square,
     fixed_inputs,
+    fixed_sampler,
+    referee_inputs,
     sample_emitted,
     sample_fixed,
     sample_inputs,
@@ -56,8 +58,11 @@ def float64_fit(verifier, name: str):
     K = k_for(get_verifier(name))
     P, Q = random_pair(3, 5)
     exact = iteration_law(exact_law_of(get_verifier(name)), P, Q, L=2, K=K)
+    structure = getattr(verifier, "referee_drafts", "iid")  # engine rules: deterministic drafts
+    sampler = int64_drafts if structure == "iid" else fixed_sampler(referee_inputs(
+        P, Q, structure, L=2, K=K, dtype=jnp.float64, drafts_dtype=jnp.int64))
     counts = sample_emitted(verifier, P, Q, L=2, K=K, n=N, seed=4, dtype=jnp.float64,
-                            sampler=int64_drafts)
+                            sampler=sampler)
     return chi_square(counts, exact)
 
 
