@@ -73,6 +73,11 @@ SAMPLED_DEFAULT = [  # (verifier, drafter, temperature, top_k, top_p): every los
     ("importance", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
     ("greedy_draft", GreedyDrafter(K=3, L=2), 0.7, 0, 1.0),  # Hu et al.'s pair, as registered
     ("ordered_rrs", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
+    # engine rules (docs/verifiers/engine_rules.md) that are lossless on the engine's drafts
+    ("vllm_prob", ModelDrafter(K=1, L=2), 1.0, 0, 1.0),
+    ("llamacpp_exact_match", ModelDrafter(K=1, L=3), 0.7, 0, 1.0),
+    ("dspark_truncation", ModelDrafter(K=1, L=3), 1.0, 0, 1.0),
+    ("sglang_topk_target_only", ModelDrafter(K=3, L=2), 1.0, 0, 1.0),
 ]
 # Prompt lookup at T > 0 for every multi-draft verifier that takes lookup drafts: a repetitive
 # prompt so that K = 3 finds distinct continuations (and duplicates once it runs out).
