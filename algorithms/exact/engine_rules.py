@@ -120,7 +120,7 @@ topk_min_ratio_law = stateless(fixed_structure_law("topk", min_ratio_node))
 eagle_topk_rrs_law = stateless(fixed_structure_law("topk", rrs_node))
 
 
-def dspark_truncation_law(P, Q, ctx, state=(), *, L, K=1, threshold=0.5, confidence="top"):
+def dspark_truncation_law(P, Q, ctx, state=(), *, L, K=1, threshold=0.7, confidence="top"):
     """Token rule on one i.i.d. block of Q cut at the first position whose draft confidence is
     below ``threshold``: that position and all after it count as not drafted, so the extra token
     there is drawn from p. ``confidence="top"`` (the rule): max_x q(x | prefix), known before the

@@ -44,7 +44,7 @@ from algorithms.verifiers.registry import register
 class DSparkTruncationVerifier:
     """DSpark-style draft-confidence truncation, then token-wise verification."""
 
-    threshold: float = 0.5
+    threshold: float = 0.7
     models: ClassVar[str] = "DSpark confidence pruning (ggml-org/llama.cpp#25173 conf-min)"
     referee_drafts: ClassVar[str] = "iid"
     lossless: ClassVar[bool] = True
