@@ -245,7 +245,7 @@ def describe(name, V, L, K, d, p, q, P, Q) -> dict:
               ", ".join(letters(x) for x in referee_drafts(struct, Q, (), L, K)))
     got = multi_iteration_law(law_of(name), P, Q, L + 1, L=L, K=K)
     want = target_law(P, L + 1)
-    gap = max(set(got) | set(want), key=lambda z: abs(got.get(z, 0.0) - want.get(z, 0.0)))
+    gap = max(sorted(set(got) | set(want)), key=lambda z: abs(got.get(z, 0.0) - want.get(z, 0.0)))
     return {"V": V, "L": L, "K": K, "p": fmt_law(p), "q": fmt_law(q), "drafts": drafts,
             "tv": d, "tv_text": f"{d:.4f}{as_fraction(d)}", "string": letters(gap),
             "rule_prob": got.get(gap, 0.0), "target_prob": want.get(gap, 0.0),
