@@ -66,7 +66,8 @@ TOL = 1e-12  # float64 exact laws: lossless rules sit near 1e-16, biased ones fa
 LP_SLACK = 1e-9  # HiGHS tolerance on the optimum
 
 
-def _thirds(*xs) -> tuple[Fraction, ...]:
+def _law(*xs) -> tuple[Fraction, ...]:
+    """Exact fractions, so the table prints p and q as they were written."""
     return tuple(Fraction(x) for x in xs)
 
 
@@ -77,10 +78,10 @@ def _perms(law: tuple[Fraction, ...]) -> list[tuple[Fraction, ...]]:
 #: Context-free laws the counterexample search tries, simplest first (all entries positive, so
 #: every rule's ratios are defined).
 LAWS = {
-    2: [_thirds("1/2", "1/2"), _thirds("1/3", "2/3"), _thirds("2/3", "1/3"),
-        _thirds("1/4", "3/4"), _thirds("3/4", "1/4")],
-    3: [_thirds("1/3", "1/3", "1/3"), *_perms(_thirds("1/2", "1/4", "1/4")),
-        *_perms(_thirds("1/2", "1/3", "1/6")), *_perms(_thirds("2/3", "1/6", "1/6"))],
+    2: [_law("1/2", "1/2"), _law("1/3", "2/3"), _law("2/3", "1/3"),
+        _law("1/4", "3/4"), _law("3/4", "1/4")],
+    3: [_law("1/3", "1/3", "1/3"), *_perms(_law("1/2", "1/4", "1/4")),
+        *_perms(_law("1/2", "1/3", "1/6")), *_perms(_law("2/3", "1/6", "1/6"))],
 }
 
 
@@ -103,6 +104,7 @@ def rules() -> list[str]:
 
 
 def structure(name: str) -> str:
+    """The drafts the rule is judged on; a rule that names none takes i.i.d. drafts."""
     return getattr(verifier_class(name), "referee_drafts", "iid")
 
 
@@ -127,13 +129,14 @@ def tv(name: str, P, Q, L: int, K: int) -> float:
 
 
 def tau(name: str, P, Q, L: int, K: int) -> dict:
+    """One iteration's law from the root: E[tau] and P(tau >= 1) are read off it."""
     return iteration_law(law_of(name), P, Q, L=L, K=K)
 
 
 _LP: dict = {}
 
 
-def lp(case: str, P, Q, L: int, K: int, struct: str) -> float:
+def lp(P, Q, L: int, K: int, struct: str) -> float:
     """LP optimum for the structure, cached per pair (the references share the i.i.d. ones)."""
     key = (P, Q, L, K, struct)  # frozen dataclasses: equal fields, equal laws
     if key not in _LP:
@@ -159,6 +162,7 @@ def options(name: str) -> str:
 
 
 def verdict(tv_max: float) -> str:
+    """Lossless at float64 rounding: lossless laws sit near 1e-16, biased ones above 1e-3."""
     return "lossless" if tv_max <= TOL else "biased"
 
 
@@ -173,7 +177,7 @@ def referee(name: str, models: dict | None = None, lp_fn=None) -> dict:
             for K in draft_counts(name, P.V):
                 cells.append({"case": case, "L": L, "K": K, "tv": tv(name, P, Q, L, K),
                               "tau": expected_tau(tau(name, P, Q, L, K)),
-                              "lp": lp_fn(case, P, Q, L, K, struct)})
+                              "lp": lp_fn(P, Q, L, K, struct)})
     worst = max(cells, key=lambda c: c["tv"])
     row = {"rule": name, "options": options(name).strip(" ()"),
            "models": getattr(verifier_class(name), "models", "reference (i.i.d.)"),
@@ -191,7 +195,7 @@ def referee(name: str, models: dict | None = None, lp_fn=None) -> dict:
     K = EXAMPLE_K if EXAMPLE_K in draft_counts(name, P.V) else 1
     law = tau(name, P, Q, EXAMPLE_L, K)
     row.update({"example_K": K, "example_tau": expected_tau(law),
-                "example_lp": lp_fn("example", P, Q, EXAMPLE_L, K, struct),
+                "example_lp": lp_fn(P, Q, EXAMPLE_L, K, struct),
                 "example_accept": sum(pr for e, pr in law.items() if len(e) > 1),
                 "example_alpha": alpha_star(P, Q, EXAMPLE_L, K, struct)})
     return row
@@ -204,7 +208,7 @@ def structure_optima(models: dict | None = None, L: int = EXAMPLE_L) -> dict[str
     """Case -> LP optimum of each (structure, K) in ``STRUCTURE_CELLS``: what the drafts alone
     leave reachable, whichever rule verifies them."""
     models = cases() if models is None else models
-    return {case: [lp(case, P, Q, L, K, s) for s, K in STRUCTURE_CELLS]
+    return {case: [lp(P, Q, L, K, s) for s, K in STRUCTURE_CELLS]
             for case, (P, Q) in models.items()}
 
 
