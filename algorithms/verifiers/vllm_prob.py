@@ -8,8 +8,11 @@ engine source was not read. Accept draft token x_i when q(x_i) > 0 and U < min(1
 q_i(x_i)); at the first rejection emit a token from norm(max(p_i - q_i, 0)); after a full block
 a bonus token from p_{L+1}.
 
-Lossless when the draft was sampled from the q it reports (draft structure "iid"): the
-referee enumerates one i.i.d. block of Q (``algorithms.exact.engine_rules.vllm_prob_law``).
+It is specjax's ``token`` rule, so the class is ``TokenVerifier`` under vLLM's name (the
+referee's row, its claims and its exact law, written separately from ``token_law``, are what
+this file adds). Lossless when the draft was sampled from the q it reports (draft structure
+"iid"): the referee enumerates one i.i.d. block of Q
+(``algorithms.exact.engine_rules.vllm_prob_law``).
 """
 
 from __future__ import annotations
@@ -17,26 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import jax
-import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
-
-from algorithms.verifiers.base import (
-    DETERMINISTIC,
-    IID,
-    Verdict,
-    emit,
-    residual,
-    safe_ratio,
-    sample,
-    validate_inputs,
-)
+from algorithms.verifiers.base import DETERMINISTIC, IID
 from algorithms.verifiers.registry import register
+from algorithms.verifiers.token import TokenVerifier
 
 
 @register("vllm_prob", exact_law="algorithms.exact.engine_rules:vllm_prob_law")
 @dataclass(frozen=True, kw_only=True)
-class VllmProbVerifier:
+class VllmProbVerifier(TokenVerifier):
     """vLLM's probabilistic rejection sampler (token rule with the reported q)."""
 
     models: ClassVar[str] = "vLLM v1 RejectionSampler, random path (vllm-project/vllm#2336)"
@@ -44,26 +35,3 @@ class VllmProbVerifier:
     lossless: ClassVar[bool] = True
     max_drafts: ClassVar[int | None] = 1
     draft_structures: ClassVar[frozenset[str]] = frozenset({IID, DETERMINISTIC})
-
-    def init_state(self, L: int, V: int):
-        return ()
-
-    def __call__(
-        self,
-        key: Array,
-        drafts: Int[Array, "K L"],
-        q: Float[Array, "K L V"],
-        p: Float[Array, "K L+1 V"],
-        state=(),
-    ) -> tuple[Verdict, tuple]:
-        _, L, _ = validate_inputs(self, drafts, q, p)
-        x, q, p = drafts[0], q[0], p[0]
-        k_coin, k_extra = jax.random.split(key)
-        pos = jnp.arange(L)
-        q_x = q[pos, x]
-        u = jax.random.uniform(k_coin, (L,))
-        accept = (q_x > 0) & (u < safe_ratio(p[pos, x], q_x))
-        tau = jnp.where(accept.all(), L, jnp.argmin(accept)).astype(jnp.int32)
-        i = jnp.minimum(tau, L - 1)
-        law = jnp.where(tau == L, p[L], residual(p[i], q[i], fallback=p[i]))
-        return emit(x, tau, sample(k_extra, law), jnp.int32(0)), state
