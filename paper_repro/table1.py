@@ -1,6 +1,8 @@
 """Table 1 of the SpecTr-GBV comparison on a real pair: BE and SR with bootstrap CIs.
 
     python -m paper_repro.table1 --preset cpu      # a CPU: BE 16 prompts, SR 6 timed (Split)
+    python -m paper_repro.table1 --preset cpu --measure be   # one part only (be, timed, costs,
+                                                   # L16, L12); then --render-only at the end
     python -m paper_repro.table1 --preset full     # a GPU: 80 prompts x 128 tokens
     python -m paper_repro.table1 --preset tiny     # the toy pair, seconds (what the tests run)
 
@@ -84,9 +86,12 @@ PRESETS: dict[str, Setting] = {
     # number of target calls (64 tokens at L = 8 capped BE at 8 and held 30-63 % of prompts
     # there). The prompt count is what the CPU allows in a session, below the 16 the paper's
     # intervals would want (say so in the notes).
-    # BE of every row on 16 prompts per dataset, untimed (one pass, no breakdown); the timed
-    # rows' SR comes from a smaller timed run on one machine (SPLIT below).
-    "cpu": Setting(models="qwen-coder", datasets=TRIO, n=16, max_new_tokens=128, batch_size=1,
+    # BE of every row on 16 prompts per dataset, untimed (one pass, no breakdown), all 16
+    # prompts in one batched call: a prompt's tokens do not depend on its batch (prompt i keys
+    # on fold_in(seed, i)), and a K = 3 cell takes ~2.5x less CPU time batched than prompt by
+    # prompt. The timed rows' SR comes from a smaller latency run (batch 1) on one machine
+    # (SPLIT below).
+    "cpu": Setting(models="qwen-coder", datasets=TRIO, n=16, max_new_tokens=128, batch_size=16,
                    repeats=1, breakdown=False, **PAPER_SETTING),
     # The split layout on the toy pair, for the tests.
     "tiny_split": Setting(models="toy", datasets=TRIO, n=8, max_new_tokens=24, batch_size=1,
@@ -605,23 +610,35 @@ def paper_reference() -> list[str]:
 
 # --- split tables: BE from many untimed prompts, SR from a timed run -----------------------------
 def split_cells(table: str, preset: str, setting: Setting, split: Split, methods: list[Method],
-                out: Path, resume: bool, measure: bool, log) -> dict:
+                out: Path, resume: bool, measure: bool, log, only: str | None = None) -> dict:
     """The timed cells, the breakdown-only cells of the untimed rows, and the BE cells at each
-    other L, measured (or resumed) after the main BE cells; {part: cells}."""
-    timed_setting = replace(setting, n=split.timed_n, repeats=split.repeats, breakdown=True)
+    other L, measured (or resumed) after the main BE cells; {part: cells}. ``only``: that part
+    alone (``--measure``)."""
+    timed_setting = timed_setting_of(setting, split)
     timed = [m for m in methods if m.name in split.timed]
     costs = [m for m in methods if m.name not in split.timed and m.verifier is not None]
-    run = lambda s, ms: run_cells(table, preset, s, ms, out, resume=resume, log=log,  # noqa
-                                  measure=measure)[0] if ms else {}
-    parts = {"timed": run(timed_setting, timed),
-             "costs": run(replace(timed_setting, n=1, repeats=1), costs)}
     spec = [m for m in methods if m.verifier is not None]
-    for L, datasets in split.other_L:
-        parts[f"L{L}"] = run(replace(setting, L=L, datasets=datasets), spec)
+    todo = [("timed", timed_setting, timed),
+            ("costs", replace(timed_setting, n=1, repeats=1, breakdown=True), costs)]
+    todo += [(f"L{L}", replace(setting, L=L, datasets=datasets), spec)
+             for L, datasets in split.other_L]
+    parts = {}
+    for part, s, ms in todo:
+        if only is not None and part != only:
+            continue
+        parts[part] = run_cells(table, preset, s, ms, out, resume=resume, log=log,
+                                measure=measure)[0] if ms else {}
     return parts
 
 
-def split_header(md: list[str], split: Split, timed: dict) -> list[str]:
+def timed_setting_of(setting: Setting, split: Split) -> Setting:
+    """The timed run's setting: latency (batch 1) on the first ``timed_n`` prompts, whatever
+    batching the BE cells used."""
+    return replace(setting, n=split.timed_n, repeats=split.repeats, breakdown=True,
+                   batch_size=1)
+
+
+def split_header(md: list[str], split: Split, timed: dict, setting: Setting) -> list[str]:
     """The header of a split table: the SR line describes the timed run, and a line says which
     run each column comes from."""
     R = timing_repeats(timed) if timed else 0
@@ -631,10 +648,14 @@ def split_header(md: list[str], split: Split, timed: dict) -> list[str]:
           f"time with prefill, compile excluded; **each timed cell was timed {R} time(s), "
           "interleaved** (repeat r of every timed row of a dataset, AR first, before repeat "
           "r + 1 of any), all on one machine; the tokens of every repeat equal the first's.")
-    split_line = ("- **Split:** BE on every prompt of the BE run, one untimed pass per cell "
-                  "(BE does not depend on the clock, so these cells may come from several clean "
-                  "commits and machines: the Cells tables list each); SR from the timed run; "
-                  "the projected SR from per-call costs on the timed run's machine.")
+    batch = ("each prompt alone" if setting.batch_size == 1 else
+             f"{setting.batch_size or setting.n} prompts per jitted call (a prompt's tokens do "
+             "not depend on its batch: prompt i keys on fold_in(key(seed), i))")
+    split_line = ("- **Split:** BE on every prompt of the BE run, one untimed pass per cell, "
+                  f"{batch} (BE does not depend on the clock, so these cells may come from "
+                  "several clean commits and machines: the Cells tables list each); SR from the "
+                  "timed run (batch 1); the projected SR from per-call costs on the timed run's "
+                  "machine.")
     out = []
     for line in md:
         out += ([line, split_line] if line.startswith("- **Regime:**") else
@@ -777,6 +798,10 @@ def parser(prog: str, presets: dict[str, Setting], doc: str) -> argparse.Argumen
                     help="time draft / tree / verify / other once per method")
     ap.add_argument("--render-only", action="store_true",
                     help="measure nothing: render the stored cells as they are")
+    ap.add_argument("--measure", metavar="PART",
+                    help="measure one part of a split table and render nothing: 'be' (the main "
+                    "BE cells), 'timed', 'costs' or 'L<n>' (an other-L column set); so the "
+                    "untimed parts can run on a busy machine and the timed one on an idle one")
     return ap
 
 
@@ -811,6 +836,8 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     split = (splits or {}).get(args.preset)
     # A split table's AR row is timed only: its BE is 1 by definition.
     be_methods = [m for m in methods if split is None or m.verifier is not None]
+    if args.measure is not None:
+        return measure_part(table, args, setting, split, methods, be_methods)
     cells, _ = run_cells(table, args.preset, setting, be_methods, args.out, resume=args.resume,
                          log=lambda s: print(s, file=sys.stderr, flush=True),
                          measure=not args.render_only)
@@ -825,7 +852,7 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
         for part in parts.values():
             refuse_dirty(part, args.out, table)
         timed = [m for m in methods if m.name in split.timed]
-        timed_setting = replace(setting, n=split.timed_n, repeats=split.repeats)
+        timed_setting = timed_setting_of(setting, split)
         timed_rows = rows(parts["timed"], timed_setting, timed)
         table_rows[:0] = [r for r in timed_rows if r["method"] == "ar"]
         merge_split(table_rows, timed_rows, cells, parts, setting)
@@ -844,7 +871,7 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     every = {(i, k): c for i, part in enumerate([cells, *parts.values()]) for k, c in part.items()}
     md = header(title, command, setting, every, elapsed)
     if split is not None:
-        md = split_header(md, split, parts["timed"])
+        md = split_header(md, split, parts["timed"], setting)
     md += [""] + main_table(table_rows, setting)
     md += gains_table(gain_rows, setting, paper)
     md += ordering(table_rows, cells, setting) if paper else []
@@ -883,6 +910,28 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
         json.dumps(result, indent=1, default=paired.PairedTest.as_dict) + "\n")
     print(f"{table}: {len(cells)} cells -> {path} ({elapsed:.0f} s)", file=sys.stderr)
     return result
+
+
+def measure_part(table: str, args, setting: Setting, split: Split | None, methods: list[Method],
+                 be_methods: list[Method]) -> dict:
+    """``--measure PART``: measure (or resume) one part's cells and stop; {} (nothing rendered)."""
+    parts = ["be"] + ([] if split is None else
+                      ["timed", "costs"] + [f"L{L}" for L, _ in split.other_L])
+    if args.measure not in parts or args.render_only:
+        raise SystemExit(f"--measure: got {args.measure!r}"
+                         + (" with --render-only" if args.render_only else "")
+                         + f"; allowed for --preset {args.preset}: {', '.join(parts)}")
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.measure == "be":
+        cells, _ = run_cells(table, args.preset, setting, be_methods, args.out,
+                             resume=args.resume, log=log)
+    else:
+        cells = split_cells(table, args.preset, setting, split, methods, args.out, args.resume,
+                            True, log, only=args.measure)[args.measure]
+    print(f"{table} [{args.preset}] {args.measure}: {len(cells)} cells in "
+          f"{args.out / 'runs' / f'{table}_{args.preset}' / 'cells.jsonl'}; render with "
+          "--render-only once every part is measured", file=sys.stderr)
+    return {}
 
 
 #: Rows Table 1 adds to the shared method list, at the multi-draft rows' K (specinfer's).

@@ -422,3 +422,29 @@ def test_split_table1_takes_be_from_all_prompts_and_sr_from_the_timed_run(fake_r
     assert set(other) == {"humaneval"} and "ar" not in other["humaneval"]
     md = (tmp_path / "table1_tiny_split.md").read_text()
     assert "projected from measured per-call costs" in md and "HumanEval L = 4" in md
+
+
+def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1(
+        fake_runs, tmp_path, monkeypatch):
+    """``--measure PART`` measures that part alone and renders nothing; the BE cells keep the
+    preset's batching while the timed and cost cells run at batch 1 (a latency speed-up), and
+    a part the preset does not have is refused by name."""
+    batches = []
+
+    def spy(setting, method, texts, *a, **kw):
+        batches.append((setting.batch_size, setting.n, method.name))
+        return _fake_cell(setting, method, texts, *a, **kw)
+
+    monkeypatch.setattr(cells, "run_cell", spy)
+    base = ["--preset", "tiny_split", "--out", str(tmp_path), "--batch-size", "4"]
+    assert table1.main(base + ["--measure", "be"]) == {}
+    assert batches and {b for b, _, _ in batches} == {4}
+    assert "ar" not in {m for _, _, m in batches}
+    assert not (tmp_path / "table1_tiny_split.md").exists()
+    batches.clear()
+    table1.main(base + ["--measure", "timed"])
+    split = table1.SPLITS["tiny_split"]
+    assert {b for b, _, _ in batches} == {1} and {n for _, n, _ in batches} == {split.timed_n}
+    assert {m for _, _, m in batches} == set(split.timed)
+    with pytest.raises(SystemExit, match=r"--measure: got 'L99'.*allowed .*be, timed, costs, L4"):
+        table1.main(base + ["--measure", "L99"])
