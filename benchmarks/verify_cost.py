@@ -16,9 +16,12 @@ Random laws understate what the decode loop pays, for two reasons (issue 44):
 - ``--mode agree``: real code drafts agree. The K drafts are one block, with one shared q per
   depth, peaked at T = 0.4 and p close to q, so acceptance is high and every depth has K
   survivors (SpecTr searches rho at all L depths, not only at the root). ``--mode npz
-  --inputs F.npz`` times saved real inputs instead: keys ``drafts`` [K, L] int32, ``q``
-  [K, L, V] float32, ``p`` [K, L+1, V] float32, the verifier's own arguments after the sampling
-  transform (``save_inputs`` writes that file).
+  --inputs F.npz`` times saved real inputs instead: keys ``drafts`` [N, K, L] int32, ``q``
+  [N, K, L, V] float32, ``p`` [N, K, L+1, V] float32 (N recorded calls; a file of one call may
+  drop the N axis), the verifier's own arguments after the sampling transform, as
+  ``benchmarks.dump_verify_inputs`` records them inside the decode loop (``save_inputs`` writes
+  the same format). Call i runs on recorded call i mod N, and the table puts every verifier's
+  random-law time at the same K, L, V beside it, measured in the same run, with their ratio.
 - ``--in-loop``: times the verifier the way the decode loop calls it on a batch of one
   (``specjax.decode.engine.per_sequence``). Until that function existed the loop called it under
   ``jax.vmap`` at batch 1 too, and under vmap a ``lax.cond`` whose predicate depends on the data
@@ -44,6 +47,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -90,20 +94,23 @@ def agree_inputs(key, *, K: int, L: int, V: int, temperature: float = 0.4):
 
 
 def save_inputs(path: Path, drafts, q, p) -> None:
-    """Write one verifier call's inputs in the format ``load_inputs`` reads (see the module
-    docstring): e.g. from a debugging hook in ``DecodeLoop.finish``."""
+    """Write verifier inputs in the format ``load_inputs`` reads (see the module docstring):
+    one call ([K, L], ...) or N stacked calls ([N, K, L], ...)."""
     np.savez_compressed(path, drafts=np.asarray(drafts, np.int32),
                         q=np.asarray(q, np.float32), p=np.asarray(p, np.float32))
 
 
 def load_inputs(path: Path):
-    """(drafts [K, L] int32, q [K, L, V] float32, p [K, L+1, V] float32) from a .npz file."""
+    """(drafts [N, K, L] int32, q [N, K, L, V] float32, p [N, K, L+1, V] float32) from a .npz
+    file of N stacked calls, or of one call without the N axis (then N = 1)."""
     with np.load(path) as f:
         drafts, q, p = f["drafts"], f["q"], f["p"]
-    K, L = drafts.shape
-    if q.shape[:2] != (K, L) or p.shape != (K, L + 1, q.shape[2]):
+    if drafts.ndim == 2:
+        drafts, q, p = drafts[None], q[None], p[None]
+    if (drafts.ndim != 3 or q.ndim != 4 or q.shape[:3] != drafts.shape
+            or p.shape != (*drafts.shape[:2], drafts.shape[2] + 1, q.shape[-1])):
         raise ValueError(f"{path}: shapes drafts {drafts.shape}, q {q.shape}, p {p.shape} do "
-                         "not fit [K, L], [K, L, V], [K, L+1, V]")
+                         "not fit [N, K, L], [N, K, L, V], [N, K, L+1, V]")
     return (jnp.asarray(drafts, jnp.int32), jnp.asarray(q, jnp.float32),
             jnp.asarray(p, jnp.float32))
 
@@ -111,24 +118,28 @@ def load_inputs(path: Path):
 def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
                   in_loop: bool = False) -> float:
     """Median milliseconds of one jitted call (results blocked on), after ``warmup`` calls;
-    ``in_loop``: on a batch of one, as the decode loop calls it (``per_sequence``)."""
-    K, L = drafts.shape
+    ``in_loop``: on a batch of one, as the decode loop calls it (``per_sequence``). Inputs of
+    one call ([K, L], ...) or of N calls ([N, K, L], ...): call i then runs on input i mod N."""
+    if drafts.ndim == 2:
+        drafts, q, p = drafts[None], q[None], p[None]
+    N, K, L = drafts.shape
     state = verifier.init_state(L, q.shape[-1])
     fn = jax.jit(verifier)
+    cases = [(drafts[i], q[i], p[i]) for i in range(N)]
     if in_loop:
         batched = jax.jit(lambda *a: per_sequence(verifier, *a))
         state = jax.tree.map(lambda x: x[None], state)
-        drafts, q, p = drafts[None], q[None], p[None]
+        cases = [tuple(x[None] for x in case) for case in cases]
 
         def fn(key, *args):
             return batched(key[None], *args)
     keys = jax.random.split(jax.random.key(seed), warmup + calls)
     for i in range(warmup):
-        jax.block_until_ready(fn(keys[i], drafts, q, p, state))
+        jax.block_until_ready(fn(keys[i], *cases[i % N], state))
     times = []
     for i in range(warmup, warmup + calls):
         start = time.perf_counter()
-        jax.block_until_ready(fn(keys[i], drafts, q, p, state))
+        jax.block_until_ready(fn(keys[i], *cases[i % N], state))
         times.append(time.perf_counter() - start)
     return 1e3 * float(np.median(times))
 
@@ -136,10 +147,12 @@ def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
 def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: int, calls: int,
             warmup: int, seed: int, mode: str = "random", inputs: Path | None = None,
             in_loop: bool = False) -> dict[tuple[str, int, int], float]:
+    """{(name, K, L): ms}; in npz mode {(name, K, L, "real" | "random"): ms}, the random-law
+    time at the file's (K, L, V) measured right after the real one."""
     results = {}
     if mode == "npz":  # one (K, L, V) from the file; single-draft verifiers take draft 0
         drafts, q, p = load_inputs(inputs)
-        Ks, Ls, V = [drafts.shape[0]], [drafts.shape[1]], q.shape[2]
+        Ks, Ls, V = [drafts.shape[1]], [drafts.shape[2]], q.shape[-1]
     for K in Ks:
         for L in Ls:
             if mode != "npz":
@@ -150,10 +163,16 @@ def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: in
                 one = verifier.max_drafts is not None and K > verifier.max_drafts
                 if one and mode != "npz":
                     continue  # single-draft verifiers run at K = 1 only
-                args = (drafts[:1], q[:1], p[:1]) if one else (drafts, q, p)
-                results[(name, K, L)] = time_verifier(verifier, *args, calls=calls,
-                                                      warmup=warmup, seed=seed + 1,
-                                                      in_loop=in_loop)
+                time_it = partial(time_verifier, verifier, calls=calls, warmup=warmup,
+                                  seed=seed + 1, in_loop=in_loop)
+                if mode != "npz":
+                    results[(name, K, L)] = time_it(*((drafts[:1], q[:1], p[:1]) if one
+                                                      else (drafts, q, p)))
+                    continue
+                k = 1 if one else K
+                results[(name, K, L, "real")] = time_it(drafts[:, :k], q[:, :k], p[:, :k])
+                results[(name, K, L, "random")] = time_it(*random_inputs(
+                    jax.random.key(seed), K=k, L=L, V=V))
     return results
 
 
@@ -193,6 +212,44 @@ def render(results, names, Ks, Ls, *, tree_ms: float, tree_source: str, V: int,
     return "\n".join(lines)
 
 
+#: An in-place cost above this many times the random-law cost is flagged (issue 44).
+IN_PLACE_LIMIT = 3.0
+
+
+def render_in_place(results, names, K: int, L: int, *, tree_ms: float, tree_source: str, V: int,
+                    calls: int, inputs: Path, meta: dict | None, in_loop: bool) -> str:
+    """Real (recorded) inputs beside random laws at the same shapes, one row per verifier."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    where = (f"{meta['calls']} calls recorded in the decode loop ({meta['target']} / "
+             f"{meta['draft']}, {meta['dataset']}, K = {meta['K']}, L = {meta['L']}, T = "
+             f"{meta['temperature']}, decoded by {meta['verifier']}, commit {meta['commit']})"
+             if meta else f"the calls in {inputs}")
+    lines = [f"verify cost in place, V={V}, K={K}, L={L}: median of {calls} jitted calls"
+             f"{' on a batch of 1 as in the decode loop' if in_loop else ''} on "
+             f"{hardware.describe()} (load {load:.1f}); real inputs: {where}; random laws at "
+             f"the same shapes timed right after each. ms (% of a {tree_ms:g} ms tree pass, "
+             f"{tree_source}); single-draft verifiers take draft 0 (K = 1).", "",
+             "| verifier | K | real inputs | random laws | real / random |",
+             "|---|---:|---:|---:|---:|"]
+    for name in names:
+        real, rand = results.get((name, K, L, "real")), results.get((name, K, L, "random"))
+        if real is None:
+            continue
+        cap = get_verifier(name).max_drafts
+        ratio = real / rand
+        mark = f" **> {IN_PLACE_LIMIT:g}x**" if ratio > IN_PLACE_LIMIT else ""
+        lines.append(f"| {name} | {1 if cap is not None and K > cap else K} | {real:.2f} "
+                     f"({100 * real / tree_ms:.1f}%) | {rand:.2f} ({100 * rand / tree_ms:.1f}%) "
+                     f"| {ratio:.2f}{mark} |")
+    return "\n".join(lines)
+
+
+def inputs_meta(path: Path) -> dict | None:
+    """The provenance ``dump_verify_inputs`` stored beside the arrays, if any."""
+    with np.load(path) as f:
+        return json.loads(str(f["meta"])) if "meta" in f.files else None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vocab", type=int, default=QWEN2_VOCAB)
@@ -229,9 +286,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     results = measure(names, args.K, args.L, V=args.vocab, calls=args.calls, warmup=args.warmup,
                       seed=args.seed, mode=args.mode, inputs=args.inputs, in_loop=args.in_loop)
     Ks, Ls, V = args.K, args.L, args.vocab
-    if args.mode == "npz":
-        drafts, q, _ = load_inputs(args.inputs)
-        Ks, Ls, V = [drafts.shape[0]], [drafts.shape[1]], q.shape[2]
     setting = {"random": "random laws", "agree": "agreeing peaked drafts (T = 0.4)",
                "npz": f"inputs from {args.inputs}"}[args.mode]
     setting += ", on a batch of 1 as in the decode loop" if args.in_loop else ""
@@ -241,8 +295,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         source = f"{TREE_MODEL} {TREE_PASS} measured by decode_speed ({DECODE_SPEED.name})"
     else:
         parser.error(f"no {DECODE_SPEED.name} to take the tree pass from; pass --tree-ms")
-    table = render(results, names, Ks, Ls, tree_ms=tree_ms, tree_source=source,
-                   V=V, calls=args.calls, setting=setting)
+    if args.mode == "npz":
+        drafts, q, _ = load_inputs(args.inputs)
+        table = render_in_place(results, names, drafts.shape[1], drafts.shape[2],
+                                tree_ms=tree_ms, tree_source=source, V=q.shape[-1],
+                                calls=args.calls, inputs=args.inputs,
+                                meta=inputs_meta(args.inputs), in_loop=args.in_loop)
+    else:
+        table = render(results, names, Ks, Ls, tree_ms=tree_ms, tree_source=source,
+                       V=V, calls=args.calls, setting=setting)
     print(table)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

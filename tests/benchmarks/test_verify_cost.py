@@ -60,20 +60,67 @@ def test_agree_inputs_are_one_block_with_shared_laws():
 
 
 def test_npz_round_trip_and_in_loop_table(tmp_path, capsys):
-    """save_inputs -> --mode npz times the saved call (K, L, V from the file), also vmapped;
-    a file with inconsistent shapes is refused."""
+    """save_inputs -> --mode npz times the saved call (K, L, V from the file), also vmapped,
+    beside random laws at the same shapes; a file with inconsistent shapes is refused."""
     path = tmp_path / "call.npz"
     verify_cost.save_inputs(path, *verify_cost.random_inputs(jax.random.key(1), K=2, L=3, V=40))
-    drafts, q, p = verify_cost.load_inputs(path)
-    assert drafts.shape == (2, 3) and q.shape == (2, 3, 40) and p.shape == (2, 4, 40)
+    drafts, q, p = verify_cost.load_inputs(path)  # one call: N = 1
+    assert drafts.shape == (1, 2, 3) and q.shape == (1, 2, 3, 40) and p.shape == (1, 2, 4, 40)
     verify_cost.main(["--mode", "npz", "--inputs", str(path), "--in-loop", "--calls", "1",
                       "--verifiers", "token", "spectr", "--tree-ms", "10"])
     out = capsys.readouterr().out
-    assert "V=40" in out and "K=2 L=3" in out and "batch of 1" in out
-    assert out.count("%") >= 3  # token ran on draft 0, spectr on both
+    assert "V=40, K=2, L=3" in out and "batch of 1" in out
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in out.splitlines()
+            if line.startswith("| token") or line.startswith("| spectr")}
+    assert rows["token"][0].strip() == "1" and rows["spectr"][0].strip() == "2"  # token: draft 0
+    assert all(c.count("%") == 1 for r in rows.values() for c in r[1:3])
     np.savez(tmp_path / "bad.npz", drafts=np.zeros((2, 3), np.int32),
              q=np.zeros((2, 3, 40), np.float32), p=np.zeros((2, 3, 40), np.float32))
     with pytest.raises(ValueError, match="do not fit"):
         verify_cost.load_inputs(tmp_path / "bad.npz")
+
+
+def test_recorded_calls_are_the_loops_verifier_inputs(tmp_path, capsys):
+    """The recorder leaves the decode unchanged (same tokens as the bare verifier), records one
+    call per target call, each with the contract's shared root laws and normalised laws; the
+    dump round-trips through --mode npz, which cycles through every recorded call."""
+    import specjax
+    from algorithms.verifiers import get_verifier
+    from benchmarks import dump_verify_inputs
+    from specjax.drafters import ModelDrafter
+    from specjax.eval.recorder import InputRecorder, InputSink
+    from specjax.models.toy import load_toy
+    from specjax.prompts import load_prompts
+
+    target, draft = load_toy("toy-target"), load_toy("toy-draft")
+    text = load_prompts("toy")[0].text
+    kw = dict(draft=draft, drafter=ModelDrafter(K=3, L=3), max_new_tokens=12, progress=False,
+              sampling=specjax.Sampling(temperature=0.7), seed=3)
+    sink = InputSink(limit=1000)
+    bare = specjax.generate(target, [text], verifier=get_verifier("traversal"), **kw)
+    rec = specjax.generate(target, [text], verifier=InputRecorder(get_verifier("traversal"),
+                                                                  sink), **kw)
+    assert rec.tokens == bare.tokens
+    assert len(sink.calls) == rec.per_prompt[0]["target_calls"] > 1
+    drafts, q, p = sink.stacked()
+    assert drafts.shape[1:] == (3, 3) and q.shape[1:3] == (3, 3) and p.shape[2] == 4
+    assert (q[:, :, 0] == q[:, :1, 0]).all() and (p[:, :, 0] == p[:, :1, 0]).all()
+    np.testing.assert_allclose(q.sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-5)
+    assert (np.take_along_axis(q, drafts[..., None], -1) > 0).all()  # drafts drawn from q
+
+    out = dump_verify_inputs.main(["--models", "toy", "--n", "2", "--calls", "3", "--L", "3",
+                                   "--out", str(tmp_path / "d.npz")])
+    seen = []
+    real = verify_cost.time_verifier
+    verify_cost.time_verifier = lambda v, d, *a, **k: seen.append(d.shape) or real(v, d, *a, **k)
+    try:
+        verify_cost.main(["--mode", "npz", "--inputs", str(out), "--calls", "3", "--verifiers",
+                          "spectr", "--tree-ms", "10"])
+    finally:
+        verify_cost.time_verifier = real
+    assert seen[0] == (3, 3, 3)  # all three recorded calls, K = 3, L = 3
+    assert "3 calls recorded in the decode loop (toy-target / toy-draft, toy" in (
+        capsys.readouterr().out)
     with pytest.raises(SystemExit):
         verify_cost.main(["--mode", "npz"])
