@@ -168,11 +168,21 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
 
 
 def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
+    """What a cell's measurement depends on. Not the setting's dataset list: a cell is one
+    dataset, so a run of ``--datasets humaneval`` and a run of all three share its cells."""
     variant = {k: v for k, v in asdict(method).items()
                if k in ("L", "draft_weights", "draft_vocab", "threshold", "drafter")
                and v is not None}
-    return json.dumps({"table": table, "dataset": dataset, "method": method.name, "K": method.K,
-                       "setting": asdict(setting), **variant}, sort_keys=True)
+    return normal_key(json.dumps({"table": table, "dataset": dataset, "method": method.name,
+                                  "K": method.K, "setting": asdict(setting), **variant}))
+
+
+def normal_key(key: str) -> str:
+    """``key`` without the setting's dataset list (stores written before ``cell_key`` dropped
+    it are read through this, so their cells stay found)."""
+    data = json.loads(key)
+    data.get("setting", {}).pop("datasets", None)
+    return json.dumps(data, sort_keys=True)
 
 
 class CellStore:
@@ -186,6 +196,7 @@ class CellStore:
             for line in self.path.read_text().splitlines():
                 if line.strip():
                     row = json.loads(line)
+                    row["key"] = normal_key(row["key"])
                     self.cells[row["key"]] = row
 
     def get(self, key: str) -> dict | None:
@@ -322,7 +333,7 @@ def add_repeat(row: dict, result: dict, repeat: int) -> None:
 
 def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], out: Path,
               resume: bool = True, log=print, measure: bool = True,
-              repeats: int | None = None) -> tuple[dict, CellStore]:
+              repeats: int | None = None, require_all: bool = True) -> tuple[dict, CellStore]:
     """Every (dataset, method) cell, measured or taken from the store -> {(dataset, method): row}.
 
     Models load only when some cell is missing. Per dataset, repeat r of every method (AR first)
@@ -335,6 +346,8 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     ``repeats`` stops after that many of the setting's repeats (the cells' keys still name the
     setting's count): a table whose cells span several settings (an ablation) calls this once
     per setting for repeat 1, then again for repeat 2, ..., so its repeats interleave too.
+    ``require_all=False`` (with ``measure=False``): the stored cells only, missing ones left out
+    of the dict instead of refused (a table that renders what is measured so far).
     """
     from specjax import api
 
@@ -346,6 +359,9 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
     todo = [k for k, key in keys.items() if not done(store.get(key))]
     if not measure:
         missing = [f"{d} / {name}" for (d, name), key in keys.items() if store.get(key) is None]
+        if not require_all:
+            return {k: store.get(key) for k, key in keys.items()
+                    if store.get(key) is not None}, store
         if missing:
             raise SystemExit(f"{store.path} has no stored cell for {', '.join(missing)} in this "
                              "setting: run without --render-only to measure them")

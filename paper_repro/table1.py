@@ -610,10 +610,13 @@ def paper_reference() -> list[str]:
 
 # --- split tables: BE from many untimed prompts, SR from a timed run -----------------------------
 def split_cells(table: str, preset: str, setting: Setting, split: Split, methods: list[Method],
-                out: Path, resume: bool, measure: bool, log, only: str | None = None) -> dict:
+                out: Path, resume: bool, measure: bool, log, only: str | None = None,
+                pending: list[str] | None = None) -> dict:
     """The timed cells, the breakdown-only cells of the untimed rows, and the BE cells at each
     other L, measured (or resumed) after the main BE cells; {part: cells}. ``only``: that part
-    alone (``--measure``)."""
+    alone (``--measure``). ``pending`` (render only): a list that receives the parts not (fully)
+    measured yet instead of refusing them; a timed or cost part is left out unless complete
+    (its seconds compare cells with each other), an other-L part keeps the cells it has."""
     timed_setting = timed_setting_of(setting, split)
     timed = [m for m in methods if m.name in split.timed]
     costs = [m for m in methods if m.name not in split.timed and m.verifier is not None]
@@ -626,8 +629,16 @@ def split_cells(table: str, preset: str, setting: Setting, split: Split, methods
     for part, s, ms in todo:
         if only is not None and part != only:
             continue
-        parts[part] = run_cells(table, preset, s, ms, out, resume=resume, log=log,
-                                measure=measure)[0] if ms else {}
+        if not ms:
+            parts[part] = {}
+            continue
+        cells = run_cells(table, preset, s, ms, out, resume=resume, log=log, measure=measure,
+                          require_all=pending is None)[0]
+        if pending is not None and len(cells) < len(ms) * len(s.datasets):
+            pending.append(part)
+            if part in ("timed", "costs"):
+                continue
+        parts[part] = cells
     return parts
 
 
@@ -638,7 +649,8 @@ def timed_setting_of(setting: Setting, split: Split) -> Setting:
                    batch_size=1)
 
 
-def split_header(md: list[str], split: Split, timed: dict, setting: Setting) -> list[str]:
+def split_header(md: list[str], split: Split, timed: dict, setting: Setting,
+                 pending: list[str]) -> list[str]:
     """The header of a split table: the SR line describes the timed run, and a line says which
     run each column comes from."""
     R = timing_repeats(timed) if timed else 0
@@ -656,6 +668,11 @@ def split_header(md: list[str], split: Split, timed: dict, setting: Setting) -> 
                   "several clean commits and machines: the Cells tables list each); SR from the "
                   "timed run (batch 1); the projected SR from per-call costs on the timed run's "
                   "machine.")
+    if pending:
+        split_line += (f" **Pending (not measured yet): {', '.join(pending)}**: "
+                       + ("no SR and no projected SR until the timed run exists; "
+                          if "timed" in pending else "")
+                       + "an other-L cell not yet measured reads 'pending'.")
     out = []
     for line in md:
         out += ([line, split_line] if line.startswith("- **Regime:**") else
@@ -663,8 +680,8 @@ def split_header(md: list[str], split: Split, timed: dict, setting: Setting) -> 
     return out
 
 
-def timed_machine(timed: dict) -> str | None:
-    machines = {c["hardware"] for c in timed.values()}
+def timed_machine(timed: dict | None) -> str | None:
+    machines = {c["hardware"] for c in (timed or {}).values()}
     return machines.pop() if len(machines) == 1 else None
 
 
@@ -673,10 +690,11 @@ def cost_of(name: str, parts: dict, dataset: str) -> dict | None:
     cell of that dataset, else its breakdown-only cell, else the same from another dataset (a
     run breaks each method down once: per-call costs hardly depend on the prompts); None when
     none was measured there."""
-    machine = timed_machine(parts["timed"])
-    order = [dataset] + sorted({d for d, _ in [*parts["timed"], *parts["costs"]]} - {dataset})
+    timed, costs = parts.get("timed", {}), parts.get("costs", {})
+    machine = timed_machine(timed)
+    order = [dataset] + sorted({d for d, _ in [*timed, *costs]} - {dataset})
     for d in order:
-        for cells in (parts["timed"], parts["costs"]):
+        for cells in (timed, costs):
             c = cells.get((d, name))
             if c and c.get("time_breakdown") and c["hardware"] == machine:
                 return c["time_breakdown"]
@@ -689,7 +707,7 @@ def projected_sr(be_cells: dict, parts: dict, name: str, dataset: str) -> float 
     (prefill + calls x step) / tokens with the step's standalone parts (draft + tree + verify +
     other). Why: it gives every row a speed, the untimed ones too, and its error on the timed
     rows says how far per-call costs are from the loop's own time."""
-    ar = parts["timed"].get((dataset, "ar"))
+    ar = parts.get("timed", {}).get((dataset, "ar"))
     b = cost_of(name, parts, dataset)
     if ar is None or b is None or (dataset, name) not in be_cells:
         return None
@@ -753,9 +771,9 @@ def other_L_table(parts: dict, split: Split, setting: Setting, methods: list[Met
             continue
         vals = []
         for L, d in cols:
-            cells = parts[f"L{L}"]
-            vals.append(be_text(cells, d, m.name, estimate(be_stat(cells, [d], m.name), cells,
-                                                           [d], m.name)))
+            cells = parts.get(f"L{L}", {})
+            vals.append("pending" if (d, m.name) not in cells else be_text(
+                cells, d, m.name, estimate(be_stat(cells, [d], m.name), cells, [d], m.name)))
         lines.append(f"| {m.name} | {m.K} | " + " | ".join(vals) + " |")
     return lines
 
@@ -763,7 +781,9 @@ def other_L_table(parts: dict, split: Split, setting: Setting, methods: list[Met
 def projection_note(table_rows: list[dict], setting: Setting, parts: dict) -> list[str]:
     errs = [c["projection_error"] for r in table_rows for c in r["datasets"].values()
             if c.get("projection_error") is not None]
-    machine = timed_machine(parts["timed"]) or "— (timed cells from several machines)"
+    machine = timed_machine(parts.get("timed")) or (
+        "— (the timed run is pending)" if "timed" not in parts else
+        "— (timed cells from several machines)")
     return ["", "**Projected SR** (projected from measured per-call costs): AR ms per token "
             "(its timed cell, prefill included) over the row's ms per token on the BE prompts, "
             "(prefill + target calls x step) / tokens, where the step is the standalone time "
@@ -846,19 +866,22 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     names = {m.name for m in be_methods}
     gain_rows = gains(cells, setting, names)
     parts, timing = {}, (cells, setting, names)  # the cells the speed comparisons come from
+    pending: list[str] = []
     if split is not None:
         parts = split_cells(table, args.preset, setting, split, methods, args.out, args.resume,
-                            not args.render_only, lambda s: print(s, file=sys.stderr, flush=True))
+                            not args.render_only, lambda s: print(s, file=sys.stderr, flush=True),
+                            pending=pending if args.render_only else None)
         for part in parts.values():
             refuse_dirty(part, args.out, table)
         timed = [m for m in methods if m.name in split.timed]
         timed_setting = timed_setting_of(setting, split)
-        timed_rows = rows(parts["timed"], timed_setting, timed)
+        timed_rows = rows(parts["timed"], timed_setting, timed) if "timed" in parts else []
         table_rows[:0] = [r for r in timed_rows if r["method"] == "ar"]
         merge_split(table_rows, timed_rows, cells, parts, setting)
-        timing = (parts["timed"], timed_setting, {m.name for m in timed})
+        if "timed" in parts:
+            timing = (parts["timed"], timed_setting, {m.name for m in timed})
         timed_gains = {g["vs"]: g for g in gains(parts["timed"], timed_setting,
-                                                 {m.name for m in timed})}
+                                                 {m.name for m in timed})} if timed_rows else {}
         for g in gain_rows:  # BE gains on the BE prompts, SR gains on the timed ones
             for key, per in g["per_dataset"].items():
                 other = timed_gains.get(g["vs"], {}).get("per_dataset", {}).get(key, {})
@@ -871,7 +894,7 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     every = {(i, k): c for i, part in enumerate([cells, *parts.values()]) for k, c in part.items()}
     md = header(title, command, setting, every, elapsed)
     if split is not None:
-        md = split_header(md, split, parts["timed"], setting)
+        md = split_header(md, split, parts.get("timed", {}), setting, pending)
     md += [""] + main_table(table_rows, setting)
     md += gains_table(gain_rows, setting, paper)
     md += ordering(table_rows, cells, setting) if paper else []
@@ -900,8 +923,9 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
                                               parts[f"L{L}"], [d], m.name),
                                      at_ceiling(parts[f"L{L}"], [d], m.name),
                                      excess_calls(parts[f"L{L}"], d, m.name)[0]), strict=True))
-                                    for m in methods if m.verifier is not None} for d in ds}
-                                for L, ds in split.other_L})
+                                    for m in methods if m.verifier is not None
+                                    and (d, m.name) in parts.get(f"L{L}", {})} for d in ds}
+                                for L, ds in split.other_L}, pending=pending)
     result = dict(table=table, preset=args.preset, setting=setting.__dict__, rows=table_rows,
                   split=result_split if split is not None else None,
                   gains=gain_rows, paper_measurements=measured, session=SESSION,

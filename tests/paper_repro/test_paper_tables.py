@@ -431,9 +431,13 @@ def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1
     a part the preset does not have is refused by name."""
     batches = []
 
-    def spy(setting, method, texts, *a, **kw):
+    def spy(setting, method, texts, *a, breakdown=False, **kw):
         batches.append((setting.batch_size, setting.n, method.name))
-        return _fake_cell(setting, method, texts, *a, **kw)
+        out = _fake_cell(setting, method, texts, *a, **kw)
+        if breakdown:
+            out["time_breakdown"] = dict(step_ms=20.0, prefill_ms=0.0, draft_ms=10.0,
+                                         tree_ms=9.0, verify_ms=1.0, other_ms=0.0)
+        return out
 
     monkeypatch.setattr(cells, "run_cell", spy)
     base = ["--preset", "tiny_split", "--out", str(tmp_path), "--batch-size", "4"]
@@ -448,3 +452,33 @@ def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1
     assert {m for _, _, m in batches} == set(split.timed)
     with pytest.raises(SystemExit, match=r"--measure: got 'L99'.*allowed .*be, timed, costs, L4"):
         table1.main(base + ["--measure", "L99"])
+    # Rendered now, the costs and L4 parts are pending: named in the header, no projected SR
+    # without costs for the untimed rows, and 'pending' in every other-L cell.
+    res = table1.main(base + ["--render-only"])
+    md = (tmp_path / "table1_tiny_split.md").read_text()
+    assert "Pending (not measured yet): costs, L4" in md
+    assert res["split"]["pending"] == ["costs", "L4"]
+    rows = {r["method"]: r for r in res["rows"]}
+    assert rows["ar"]["datasets"]["humaneval"]["SR"][0] == 1.0  # the timed part is complete
+    assert rows["block"]["datasets"]["humaneval"]["SR_projected"] is None
+    assert rows["token"]["datasets"]["humaneval"]["SR_projected"] is not None
+    other_l = md.split("## BE at other draft lengths")[1].split("\n\n## ")[0]
+    assert other_l.count("pending") == len([m for m in table1.methods(
+        table1.PRESETS["tiny_split"]) if m.verifier is not None])
+    # One dataset's cells serve a run restricted to that dataset (keys hold no dataset list).
+    batches.clear()
+    table1.main(base + ["--measure", "be", "--datasets", "humaneval"])
+    assert batches == []
+
+
+def test_cell_keys_do_not_depend_on_the_dataset_list(tmp_path):
+    """A store written with the dataset list in its keys is read back under the new keys."""
+    m = cells.Method("token", 1)
+    s3 = table1.PRESETS["tiny"]
+    s1 = cells.with_overrides(s3, datasets=("humaneval",))
+    assert cells.cell_key("t", "humaneval", m, s1) == cells.cell_key("t", "humaneval", m, s3)
+    old = json.dumps({"table": "t", "dataset": "humaneval", "method": "token", "K": 1,
+                      "setting": cells.asdict(s3)}, sort_keys=True)
+    path = tmp_path / "cells.jsonl"
+    path.write_text(json.dumps(dict(key=old, session="s", x=1)) + "\n")
+    assert cells.CellStore(path).get(cells.cell_key("t", "humaneval", m, s1))["x"] == 1
