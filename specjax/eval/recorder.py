@@ -22,7 +22,9 @@ import numpy as np
 class InputSink:
     """Host-side store of recorded calls (identity-hashed, so a frozen wrapper can hold it).
 
-    A batched loop hands one call per sequence; each is stored on its own."""
+    A batched loop hands one call per sequence and step, each stored on its own, rows that
+    already finished included (the loop runs until its slowest row ends), so a dump that should
+    hold only live calls decodes at batch 1."""
 
     limit: int
     calls: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
