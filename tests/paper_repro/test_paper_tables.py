@@ -422,6 +422,8 @@ def test_split_table1_takes_be_from_all_prompts_and_sr_from_the_timed_run(fake_r
     assert set(other) == {"humaneval"} and "ar" not in other["humaneval"]
     md = (tmp_path / "table1_tiny_split.md").read_text()
     assert "projected from measured per-call costs" in md and "HumanEval L = 4" in md
+    assert "![BE per dataset](table1_tiny_split_be.png)" in md
+    assert (tmp_path / "table1_tiny_split_be.png").stat().st_size > 0
 
 
 def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1(
@@ -482,3 +484,31 @@ def test_cell_keys_do_not_depend_on_the_dataset_list(tmp_path):
     path = tmp_path / "cells.jsonl"
     path.write_text(json.dumps(dict(key=old, session="s", x=1)) + "\n")
     assert cells.CellStore(path).get(cells.cell_key("t", "humaneval", m, s1))["x"] == 1
+
+
+def test_ordering_tests_each_step_of_the_papers_order_per_dataset_and_pooled():
+    """A dataset where SD beats GBV on every one of 16 prompts reads 'same order: no' there,
+    and that step is resolved against the paper (negative gain, exact sign-flip p = 2 / 2^16,
+    still below 0.05 after Holm over the 12 tests); steps with mixed-sign prompts are not."""
+    calls = {"spectr_gbv": 10, "spectr": 10, "greedy_block": 12, "token": 12}
+    cells_ = {}
+    for d in table1.TRIO:
+        for name, c in calls.items():
+            swap = d == "gsm8k" and name in ("greedy_block", "token")
+            prompts = []
+            for i in range(16):
+                shift = (i + 1) % 3 if name == "token" else i % 3  # mixed-sign differences
+                n_calls = (9 if name == "token" else 13) if swap else c + shift
+                prompts.append(dict(new_tokens=100, target_calls=n_calls, seconds=1.0))
+            cells_[d, name] = dict(prompts=prompts, hardware="h")
+    rows = [dict(method=n) for n in calls]
+    setting = cells.with_overrides(table1.PRESETS["cpu"], n=16)
+    md = "\n".join(table1.ordering(rows, cells_, setting))
+    assert "Ours, GSM8K:" in md and md.count("same order as the paper: no") >= 1
+    gsm_line = next(line for line in md.splitlines() if line.startswith("- Ours, GSM8K"))
+    assert gsm_line.endswith("no")
+    table = [line for line in md.splitlines() if line.startswith("| GBV > SD")][0]
+    cols = [c.strip() for c in table.split("|")[2:-1]]  # pooled, HumanEval, GSM8K, Alpaca
+    assert len(cols) == 4
+    assert cols[2].startswith("-") and cols[2].endswith("resolved: yes")
+    assert cols[1].endswith("resolved: no")
