@@ -149,3 +149,24 @@ def test_monte_carlo_matches_exact_law_and_catches_mutations():
         print(f"importance MC {label}: {fits[label]}")
     assert fits["real"].passes(FPR)
     assert not fits["first-draft mutant"].passes(FPR)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_selected_mass_is_the_sorted_laws_value_at_every_token(seed):
+    """The sort-free s(y) (the coin's) equals selection_law's s at every token, ties and q = 0
+    tokens included, so the coin and the residual read one law."""
+    import jax
+
+    from algorithms.verifiers.importance import ratio_key, selected_mass, selection_law
+
+    kp, kq, kz = jax.random.split(jax.random.key(seed), 3)
+    V = 300
+    p = jax.nn.softmax(2 * jax.random.normal(kp, (V,)))
+    q = jax.nn.softmax(2 * jax.random.normal(kq, (V,)))
+    q = jnp.where(jax.random.uniform(kz, (V,)) < 0.1, 0.0, q)  # some tokens q cannot draw
+    q = q.at[:40].set(q[0]).at[:40].multiply(p[:40] / p[0])  # equal ratios: ties in the key
+    q = q / q.sum()
+    for k in (2, 3, 5):
+        s, key = selection_law(p, q, k)
+        got = jax.vmap(lambda y, k=k, key=key: selected_mass(q, key, y, k))(jnp.arange(V))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(s), rtol=2e-5, atol=1e-7)
