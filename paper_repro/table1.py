@@ -952,12 +952,12 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     elapsed = time.perf_counter() - start
     every = {(i, k): c for i, part in enumerate([cells, *parts.values()]) for k, c in part.items()}
     # A split table's speeds are the timed run's (latency, batch 1), whatever its BE batching.
-    md = header(title, command, setting if split is None else replace(setting, batch_size=1),
-                every, elapsed)
+    speed_setting = setting if split is None else replace(setting, batch_size=1)
+    md = header(title, command, speed_setting, every, elapsed)
     if split is not None:
         md = split_header(md, split, parts.get("timed", {}), setting, pending)
     md += [""] + main_table(table_rows, setting)
-    md += gains_table(gain_rows, setting, paper)
+    md += gains_table(gain_rows, speed_setting, paper)
     md += ordering(table_rows, cells, setting) if paper else []
     other, measured = paper_measurements(*timing, clock=split is None or "timed" in parts)
     md += other
