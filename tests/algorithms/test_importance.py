@@ -157,7 +157,7 @@ def test_selected_mass_is_the_sorted_laws_value_at_every_token(seed):
     tokens included, so the coin and the residual read one law."""
     import jax
 
-    from algorithms.verifiers.importance import ratio_key, selected_mass, selection_law
+    from algorithms.verifiers.importance import selected_mass, selection_law
 
     kp, kq, kz = jax.random.split(jax.random.key(seed), 3)
     V = 300
