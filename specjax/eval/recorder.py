@@ -17,6 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from specjax.eval.wrapper import WrapsVerifier
+
 
 @dataclass(eq=False)
 class InputSink:
@@ -47,28 +49,11 @@ class InputSink:
 
 
 @dataclass(frozen=True)
-class InputRecorder:
+class InputRecorder(WrapsVerifier):
     """``verifier`` unchanged, and every call's inputs sent to ``sink`` on the host."""
 
     verifier: Any
     sink: InputSink
-
-    @property
-    def lossless(self) -> bool:
-        return self.verifier.lossless
-
-    @property
-    def max_drafts(self) -> int | None:
-        return self.verifier.max_drafts
-
-    @property
-    def draft_structures(self):
-        from algorithms.verifiers.base import accepted_structures
-
-        return accepted_structures(self.verifier)
-
-    def init_state(self, L: int, V: int):
-        return self.verifier.init_state(L, V)
 
     def __call__(self, key, drafts, q, p, state):
         jax.debug.callback(self.sink, drafts, q, p)

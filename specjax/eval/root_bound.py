@@ -29,6 +29,8 @@ from typing import Any
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from specjax.eval.wrapper import WrapsVerifier
+
 
 def optimal_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], K: int) -> Float[Array, ""]:
     """alpha* = min over prefix sets T (tokens by p/q ascending) of p(T) + 1 - q(T)^K.
@@ -47,25 +49,10 @@ def optimal_acceptance(p: Float[Array, " V"], q: Float[Array, " V"], K: int) -> 
 
 
 @dataclass(frozen=True, kw_only=True)
-class RootBoundProbe:
+class RootBoundProbe(WrapsVerifier):
     """``verifier`` unchanged, plus the running sum of alpha*(p_root, q_root, K) in its state."""
 
     verifier: Any
-
-    # The wrapped verifier's claims (class-level on every verifier; read through here).
-    @property
-    def lossless(self) -> bool:
-        return self.verifier.lossless
-
-    @property
-    def max_drafts(self) -> int | None:
-        return self.verifier.max_drafts
-
-    @property
-    def draft_structures(self):
-        from algorithms.verifiers.base import accepted_structures
-
-        return accepted_structures(self.verifier)
 
     def init_state(self, L: int, V: int):
         return self.verifier.init_state(L, V), jnp.float32(0.0)
