@@ -127,8 +127,8 @@ class ImportanceSamplingVerifier:
             return y, selected_mass(q, rank, y, k)
 
         # One survivor: s = q. Several: s(y) by one masked pass; the sort only on rejection.
-        y, s_y = lax.cond(k > 1, select, lambda: (tokens[jnp.argmax(live)].astype(jnp.int32),
-                                                  q[tokens[jnp.argmax(live)]]))
+        only = tokens[jnp.argmax(live)].astype(jnp.int32)
+        y, s_y = lax.cond(k > 1, select, lambda: (only, q[only]))
         accept = jax.random.uniform(k_coin) < safe_ratio(p[y], s_y)  # strict: u can be 0
 
         def residual():
