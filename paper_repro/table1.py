@@ -581,11 +581,11 @@ def paper_measurements(cells, setting: Setting, names: set[str], base: str = "sp
     v = (f"{verify[0]:.2f} ms vs {verify[1]:.2f} ms per call: {verify[2]:+.1f} %"
          if verify else "— (no time breakdown in these cells)")
     lines = ["", "## The paper's other measurements (SpecTr-GBV vs SpecTr, same cells)", "",
-             "Changes in %, pooled over the datasets, 95 % CIs as above (negative = fewer / "
-             "less for SpecTr-GBV); resolved as in the gains table, Holm over the comparisons of "
-             "this table. The verifier time is one call of the verifier alone at the "
-             "cell's shapes (the breakdown's verify part: sampling transform + verifier), one "
-             "measurement each, no interval.", "",
+             f"Changes in %, pooled over {', '.join(DATASETS.get(d, d) for d in ds)}, 95 % "
+             "CIs as above (negative = fewer / less for SpecTr-GBV); resolved as in the gains "
+             "table, Holm over the comparisons of this table. The verifier time is one call "
+             "of the verifier alone at the cell's shapes (the breakdown's verify part: "
+             "sampling transform + verifier), one measurement each, no interval.", "",
              "| measurement | paper | ours [bootstrap] | t interval | sign-flip p (Holm) | "
              "resolved |", "|---|---|---|---|---|---|",
              "| decoding iterations (target calls per token) | -2.6 % | "
@@ -693,12 +693,39 @@ def split_cells(table: str, preset: str, setting: Setting, split: Split, methods
             continue
         cells = run_cells(table, preset, s, ms, out, resume=resume, log=log, measure=measure,
                           require_all=pending is None)[0]
-        if pending is not None and len(cells) < len(ms) * len(s.datasets):
-            pending.append(part)
-            if part in ("timed", "costs"):
+        if pending is not None:
+            cells = partial_part(part, cells, s, ms, pending)
+            if cells is None:
                 continue
         parts[part] = cells
     return parts
+
+
+def partial_part(part: str, cells: dict, s: Setting, ms: list[Method],
+                 pending: list[str]) -> dict | None:
+    """What a render may use of a part that is not fully measured (naming the rest in
+    ``pending``); None: nothing. A timed dataset counts only once every timed row has all its
+    repeats there (its seconds compare the rows with each other, and a half-timed dataset would
+    compare a row's 3 repeats with another's 1), so SR appears dataset by dataset as each
+    dataset's timed run (one machine each) lands. Cost cells are kept as they come: a row's
+    per-call costs are read from any dataset (``cost_of``). An other-L part keeps its cells."""
+    if part == "timed":
+        done = [d for d in s.datasets if all(
+            (c := cells.get((d, m.name))) is not None and c.get("repeats_done", 1) >= s.repeats
+            for m in ms)]
+        missing = [d for d in s.datasets if d not in done]
+        if missing:
+            pending.append("timed" if not done else f"timed ({', '.join(missing)})")
+        return {k: c for k, c in cells.items() if k[0] in done} or None
+    if part == "costs":
+        missing = [m.name for m in ms if not any((d, m.name) in cells for d in s.datasets)]
+        if missing:
+            pending.append("costs" if len(missing) == len(ms) else
+                           f"costs ({', '.join(missing)})")
+        return cells or None
+    if len(cells) < len(ms) * len(s.datasets):
+        pending.append(part)
+    return cells
 
 
 def timed_setting_of(setting: Setting, split: Split) -> Setting:
@@ -718,7 +745,8 @@ def split_header(md: list[str], split: Split, timed: dict, setting: Setting,
           f"{split.timed_n} prompts of each dataset, each decoded alone (batch 1), decode wall "
           f"time with prefill, compile excluded; **each timed cell was timed {R} time(s), "
           "interleaved** (repeat r of every timed row of a dataset, AR first, before repeat "
-          "r + 1 of any), all on one machine; the tokens of every repeat equal the first's.")
+          "r + 1 of any), each dataset's timed run on one machine; the tokens of every "
+          "repeat equal the first's.")
     batch = ("each prompt alone" if setting.batch_size == 1 else
              f"{setting.batch_size or setting.n} prompts per jitted call (a prompt's tokens do "
              "not depend on its batch: prompt i keys on fold_in(key(seed), i))")
@@ -727,10 +755,13 @@ def split_header(md: list[str], split: Split, timed: dict, setting: Setting,
                   "several clean commits and machines: the Cells tables list each); SR from the "
                   "timed run (batch 1); the projected SR from per-call costs on the timed run's "
                   "machine.")
+    timed_pending = next((p for p in pending if p.startswith("timed")), None)
     if pending:
         split_line += (f" **Pending (not measured yet): {', '.join(pending)}**: "
                        + ("no SR and no projected SR until the timed run exists; "
-                          if "timed" in pending else "")
+                          if timed_pending == "timed" else
+                          "no SR, no projected SR and no pooled SR gain for a dataset whose "
+                          "timed run is pending; " if timed_pending else "")
                        + "an other-L cell not yet measured reads 'pending'.")
     out = []
     for line in md:
@@ -739,18 +770,19 @@ def split_header(md: list[str], split: Split, timed: dict, setting: Setting,
     return out
 
 
-def timed_machine(timed: dict | None) -> str | None:
-    machines = {c["hardware"] for c in (timed or {}).values()}
-    return machines.pop() if len(machines) == 1 else None
+def timed_machines(timed: dict | None) -> list[str]:
+    return sorted({c["hardware"] for c in (timed or {}).values()})
 
 
 def cost_of(name: str, parts: dict, dataset: str) -> dict | None:
-    """A row's per-call costs (the time breakdown) on the timed cells' machine: from its timed
-    cell of that dataset, else its breakdown-only cell, else the same from another dataset (a
-    run breaks each method down once: per-call costs hardly depend on the prompts); None when
-    none was measured there."""
+    """A row's per-call costs (the time breakdown) on the machine that timed the dataset (each
+    dataset's timed run may have its own): from its timed cell of that dataset, else its
+    breakdown-only cell, else the same from another dataset (a run breaks each method down
+    once: per-call costs hardly depend on the prompts); None when none was measured there."""
     timed, costs = parts.get("timed", {}), parts.get("costs", {})
-    machine = timed_machine(timed)
+    if (dataset, "ar") not in timed:
+        return None
+    machine = timed[dataset, "ar"]["hardware"]
     order = [dataset] + sorted({d for d, _ in [*timed, *costs]} - {dataset})
     for d in order:
         for cells in (timed, costs):
@@ -787,7 +819,7 @@ def merge_split(table_rows: list[dict], timed_rows: list[dict], be_cells: dict, 
         for d in setting.datasets:
             c = r["datasets"][d]
             t = timed.get(r["method"], {}).get("datasets", {}).get(d)
-            if t is not None:
+            if t is not None and (d, r["method"]) in parts["timed"]:
                 for k in ("SR", "SR_by_repeat", "other_machine", "other_session"):
                     c[k] = t.get(k)
                 c["timed_prompts"] = len(parts["timed"][d, r["method"]]["prompts"])
@@ -840,13 +872,12 @@ def other_L_table(parts: dict, split: Split, setting: Setting, methods: list[Met
 def projection_note(table_rows: list[dict], setting: Setting, parts: dict) -> list[str]:
     errs = [c["projection_error"] for r in table_rows for c in r["datasets"].values()
             if c.get("projection_error") is not None]
-    machine = timed_machine(parts.get("timed")) or (
-        "— (the timed run is pending)" if "timed" not in parts else
-        "— (timed cells from several machines)")
+    machine = "; ".join(timed_machines(parts.get("timed"))) or "— (the timed run is pending)"
     return ["", "**Projected SR** (projected from measured per-call costs): AR ms per token "
             "(its timed cell, prefill included) over the row's ms per token on the BE prompts, "
             "(prefill + target calls x step) / tokens, where the step is the standalone time "
-            "breakdown (draft + tree + verify + other) measured on the timed cells' machine "
+            "breakdown (draft + tree + verify + other) measured on the machine that timed the "
+            "dataset "
             f"({machine}); rows without a timed cell get a one-prompt breakdown-only cell "
             "there. Its error on the timed rows (projected / measured - 1) is printed beside "
             "it" + (f": from {100 * min(errs):+.0f} % to {100 * max(errs):+.0f} % here." if errs
@@ -934,8 +965,15 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
             refuse_dirty(part, args.out, table)
         timed = [m for m in methods if m.name in split.timed]
         timed_setting = timed_setting_of(setting, split)
+        if "timed" in parts:  # the datasets whose timed run is complete (partial_part)
+            timed_setting = replace(timed_setting, datasets=tuple(
+                d for d in setting.datasets if (d, "ar") in parts["timed"]))
+        all_timed = timed_setting.datasets == setting.datasets
         timed_rows = rows(parts["timed"], timed_setting, timed) if "timed" in parts else []
         table_rows[:0] = [r for r in timed_rows if r["method"] == "ar"]
+        for d in setting.datasets:  # AR's BE is 1 by definition; its SR waits for the timed run
+            for r in table_rows[:1 if timed_rows else 0]:
+                r["datasets"].setdefault(d, dict(BE=(1.0, 1.0, 1.0), SR=None, SR_by_repeat=[]))
         merge_split(table_rows, timed_rows, cells, parts, setting)
         if "timed" in parts:
             timing = (parts["timed"], timed_setting, {m.name for m in timed})
@@ -943,6 +981,8 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
                                                  {m.name for m in timed})} if timed_rows else {}
         for g in gain_rows:  # BE gains on the BE prompts, SR gains on the timed ones
             for key, per in g["per_dataset"].items():
+                if key == "pooled" and not all_timed:
+                    continue  # a pooled SR over some datasets would read as over all of them
                 other = timed_gains.get(g["vs"], {}).get("per_dataset", {}).get(key, {})
                 per.update({k: v for k, v in other.items() if k.startswith("SR")})
     adjust_gains(gain_rows)  # once every column holds its final tests

@@ -162,6 +162,15 @@ def _fake_cell(setting, method, texts, target, draft, **kw):
                 tokens=[[] for _ in texts])
 
 
+def _fake_cell_with_costs(setting, method, texts, target, draft, breakdown=False, **kw):
+    """``_fake_cell`` with a fake time breakdown of 20 ms per step (no prefill) when asked."""
+    out = _fake_cell(setting, method, texts, target, draft)
+    if breakdown:
+        out["time_breakdown"] = dict(step_ms=20.0, prefill_ms=0.0, draft_ms=10.0,
+                                     tree_ms=9.0, verify_ms=1.0, other_ms=0.0)
+    return out
+
+
 @pytest.fixture
 def fake_runs(monkeypatch):
     monkeypatch.setattr(cells, "run_cell", _fake_cell)
@@ -392,14 +401,7 @@ def test_split_table1_takes_be_from_all_prompts_and_sr_from_the_timed_run(fake_r
     for the timed rows on timed_n prompts, and a projected SR for every row from per-call costs
     (here a fake breakdown of 20 ms per step, no prefill; AR's fake cells cost 10 ms per token,
     so the projection is exactly BE * 10 / 20)."""
-    def with_costs(setting, method, texts, target, draft, breakdown=False, **kw):
-        out = _fake_cell(setting, method, texts, target, draft)
-        if breakdown:
-            out["time_breakdown"] = dict(step_ms=20.0, prefill_ms=0.0, draft_ms=10.0,
-                                         tree_ms=9.0, verify_ms=1.0, other_ms=0.0)
-        return out
-
-    monkeypatch.setattr(cells, "run_cell", with_costs)
+    monkeypatch.setattr(cells, "run_cell", _fake_cell_with_costs)
     split = table1.SPLITS["tiny_split"]
     res = table1.main(["--preset", "tiny_split", "--out", str(tmp_path)])
     stored = [json.loads(line) for line in
@@ -433,13 +435,9 @@ def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1
     a part the preset does not have is refused by name."""
     batches = []
 
-    def spy(setting, method, texts, *a, breakdown=False, **kw):
+    def spy(setting, method, texts, *a, **kw):
         batches.append((setting.batch_size, setting.n, method.name))
-        out = _fake_cell(setting, method, texts, *a, **kw)
-        if breakdown:
-            out["time_breakdown"] = dict(step_ms=20.0, prefill_ms=0.0, draft_ms=10.0,
-                                         tree_ms=9.0, verify_ms=1.0, other_ms=0.0)
-        return out
+        return _fake_cell_with_costs(setting, method, texts, *a, **kw)
 
     monkeypatch.setattr(cells, "run_cell", spy)
     base = ["--preset", "tiny_split", "--out", str(tmp_path), "--batch-size", "4"]
@@ -471,6 +469,52 @@ def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1
     batches.clear()
     table1.main(base + ["--measure", "be", "--datasets", "humaneval"])
     assert batches == []
+
+
+def test_split_table1_renders_the_SR_of_each_dataset_whose_timed_run_is_complete(
+        fake_runs, tmp_path, monkeypatch):
+    """Timed runs land one dataset (one machine) at a time: a render shows SR for the datasets
+    timed in full and names the rest pending, with no pooled SR gain (it would read as over
+    every dataset); a dataset where one timed row lacks a repeat counts as not timed."""
+    monkeypatch.setattr(cells, "run_cell", _fake_cell_with_costs)
+    base = ["--preset", "tiny_split", "--out", str(tmp_path)]
+    table1.main(base + ["--measure", "be"])
+    table1.main(base + ["--measure", "timed", "--datasets", "humaneval"])
+    table1.main(base + ["--measure", "costs", "--datasets", "humaneval"])
+    res = table1.main(base + ["--render-only"])
+    assert res["split"]["pending"] == ["timed (gsm8k, alpaca)", "L4"]
+    rows = {r["method"]: r for r in res["rows"]}
+    assert rows["spectr"]["datasets"]["humaneval"]["SR"] is not None
+    assert rows["spectr"]["datasets"]["gsm8k"].get("SR") is None
+    # the untimed row's costs come from its HumanEval cost cell, AR's from each timed dataset
+    assert rows["block"]["datasets"]["humaneval"]["SR_projected"] is not None
+    assert rows["block"]["datasets"]["gsm8k"]["SR_projected"] is None
+    gain = next(g for g in res["gains"] if g["vs"] == "spectr")["per_dataset"]
+    assert "SR" in gain["humaneval"] and "SR" not in gain["pooled"]
+    assert "SR" not in gain["gsm8k"]
+    md = (tmp_path / "table1_tiny_split.md").read_text()
+    assert "Pending (not measured yet): timed (gsm8k, alpaca), L4" in md
+    assert "pooled over HumanEval, 95 %" in md
+    # GSM8K timed on another machine: its timed rows project from their own breakdowns there,
+    # and HumanEval keeps its projections (each dataset's costs come from the machine that
+    # timed it; the untimed rows have no cost cell on the other machine).
+    monkeypatch.setattr(cells.hardware, "describe", lambda: "another machine")
+    table1.main(base + ["--measure", "timed", "--datasets", "gsm8k"])
+    rows = {r["method"]: r for r in table1.main(base + ["--render-only"])["rows"]}
+    assert rows["spectr"]["datasets"]["gsm8k"]["SR_projected"] is not None
+    assert rows["block"]["datasets"]["gsm8k"]["SR_projected"] is None
+    assert rows["block"]["datasets"]["humaneval"]["SR_projected"] is not None
+    # One repeat short on one timed row: HumanEval is not timed in full either.
+    store = tmp_path / "runs" / "table1_tiny_split" / "cells.jsonl"
+    stored = [json.loads(line) for line in store.read_text().splitlines()]
+    cut = next(c for c in stored if c["method"] == "spectr" and c["dataset"] == "humaneval"
+               and c["repeats_done"] == table1.SPLITS["tiny_split"].repeats)
+    cut["repeats_done"] = 1
+    store.write_text("".join(json.dumps(c) + "\n" for c in stored))
+    res = table1.main(base + ["--render-only"])
+    assert res["split"]["pending"][0] == "timed (humaneval, alpaca)"
+    assert all(r["datasets"]["humaneval"].get("SR") is None for r in res["rows"])
+    assert next(r for r in res["rows"] if r["method"] == "spectr")["datasets"]["gsm8k"]["SR"]
 
 
 def test_cell_keys_do_not_depend_on_the_dataset_list(tmp_path):
