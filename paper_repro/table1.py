@@ -970,10 +970,11 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
                 d for d in setting.datasets if (d, "ar") in parts["timed"]))
         all_timed = timed_setting.datasets == setting.datasets
         timed_rows = rows(parts["timed"], timed_setting, timed) if "timed" in parts else []
-        table_rows[:0] = [r for r in timed_rows if r["method"] == "ar"]
-        for d in setting.datasets:  # AR's BE is 1 by definition; its SR waits for the timed run
-            for r in table_rows[:1 if timed_rows else 0]:
+        ar_rows = [r for r in timed_rows if r["method"] == "ar"]
+        for r in ar_rows:  # AR's BE is 1 by definition; its SR waits for the dataset's timed run
+            for d in setting.datasets:
                 r["datasets"].setdefault(d, dict(BE=(1.0, 1.0, 1.0), SR=None, SR_by_repeat=[]))
+        table_rows[:0] = ar_rows
         merge_split(table_rows, timed_rows, cells, parts, setting)
         if "timed" in parts:
             timing = (parts["timed"], timed_setting, {m.name for m in timed})
