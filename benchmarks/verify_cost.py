@@ -116,14 +116,19 @@ def load_inputs(path: Path):
 
 
 def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
-                  in_loop: bool = False) -> float:
+                  in_loop: bool = False, transform=None) -> float:
     """Median milliseconds of one jitted call (results blocked on), after ``warmup`` calls;
     ``in_loop``: on a batch of one, as the decode loop calls it (``per_sequence``). Inputs of
-    one call ([K, L], ...) or of N calls ([N, K, L], ...): call i then runs on input i mod N."""
+    one call ([K, L], ...) or of N calls ([N, K, L], ...): call i then runs on input i mod N.
+    ``transform``: ``p`` holds logits, and this sampling transform turns them into the target
+    laws inside the same program, as the loop's ``finish`` does."""
     if drafts.ndim == 2:
         drafts, q, p = drafts[None], q[None], p[None]
     N, K, L = drafts.shape
     state = verifier.init_state(L, q.shape[-1])
+    if transform is not None:
+        verifier = partial(lambda v, key, d, qq, logits, s: v(key, d, qq, transform(logits), s),
+                           verifier)
     fn = jax.jit(verifier)
     cases = [(drafts[i], q[i], p[i]) for i in range(N)]
     if in_loop:
@@ -146,13 +151,20 @@ def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
 
 def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: int, calls: int,
             warmup: int, seed: int, mode: str = "random", inputs: Path | None = None,
-            in_loop: bool = False) -> dict[tuple[str, int, int], float]:
+            in_loop: bool = False, temperature: float | None = None
+            ) -> dict[tuple[str, int, int], float]:
     """{(name, K, L): ms}; in npz mode {(name, K, L, "real" | "random"): ms}, the random-law
-    time at the file's (K, L, V) measured right after the real one."""
-    results = {}
+    time at the file's (K, L, V) measured right after the real one. With ``temperature`` (npz
+    mode) also (name, K, L, "transform"): the verifier with the sampling transform in its
+    program, on logits that give the recorded p, and "transform alone"."""
+    results, logits, transform = {}, None, None
     if mode == "npz":  # one (K, L, V) from the file; single-draft verifiers take draft 0
         drafts, q, p = load_inputs(inputs)
         Ks, Ls, V = [drafts.shape[1]], [drafts.shape[2]], q.shape[-1]
+        if temperature is not None:
+            transform, logits = transform_inputs(p, temperature)
+            results["transform alone"] = time_transform(transform, logits, calls=calls,
+                                                        warmup=warmup)
     for K in Ks:
         for L in Ls:
             if mode != "npz":
@@ -171,9 +183,36 @@ def measure(names: Sequence[str], Ks: Sequence[int], Ls: Sequence[int], *, V: in
                     continue
                 k = 1 if one else K
                 results[(name, K, L, "real")] = time_it(drafts[:, :k], q[:, :k], p[:, :k])
+                if logits is not None:
+                    results[(name, K, L, "transform")] = time_it(
+                        drafts[:, :k], q[:, :k], logits[:, :k], transform=transform)
                 results[(name, K, L, "random")] = time_it(*random_inputs(
                     jax.random.key(seed), K=k, L=L, V=V))
     return results
+
+
+def transform_inputs(p, temperature: float):
+    """(the loop's sampling transform at ``temperature``, logits it maps to ``p``): T log p,
+    -inf where p = 0. Why: the dump holds the laws after the transform; the loop computes them
+    from logits in the verifier's own program, where the transform over K (L + 1) rows of the
+    vocabulary may cost more than alone (XLA runs it beside the verifier's independent work)."""
+    from specjax.models.sampling import Sampling
+
+    logits = jnp.where(p > 0, temperature * jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
+    return Sampling(temperature=temperature), logits
+
+
+def time_transform(transform, logits, *, calls: int, warmup: int) -> float:
+    """Median milliseconds of the transform alone on one recorded call's logits."""
+    fn = jax.jit(transform)
+    for i in range(warmup):
+        jax.block_until_ready(fn(logits[i % len(logits)]))
+    times = []
+    for i in range(warmup, warmup + calls):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(logits[i % len(logits)]))
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))
 
 
 def measured_tree_ms(path: Path = DECODE_SPEED) -> float | None:
@@ -228,9 +267,19 @@ def render_in_place(results, names, K: int, L: int, *, tree_ms: float, tree_sour
              f"{' on a batch of 1 as in the decode loop' if in_loop else ''} on "
              f"{hardware.describe()} (load {load:.1f}); real inputs: {where}; random laws at "
              f"the same shapes timed right after each. ms (% of a {tree_ms:g} ms tree pass, "
-             f"{tree_source}); single-draft verifiers take draft 0 (K = 1).", "",
-             "| verifier | K | real inputs | random laws | real / random |",
-             "|---|---:|---:|---:|---:|"]
+             f"{tree_source}); single-draft verifiers take draft 0 (K = 1)."]
+    alone = results.get("transform alone")
+    if alone is not None:
+        lines[-1] += (
+            " *With the transform*: the verifier and the sampling transform (T = "
+            f"{meta['temperature']}) in one program, as the loop's step runs them, on logits "
+            f"T log p that give the recorded laws; the transform alone takes {alone:.2f} ms "
+            "here. The two columns differ by more than that where XLA runs the transform "
+            "beside the verifier's work that does not wait for it.")
+    extra = " with the transform |" if alone is not None else ""
+    lines += ["", f"| verifier | K | real inputs |{extra} random laws | real / random |",
+              "|---|---:|---:|" + ("---:|" if alone is not None else "") + "---:|---:|"]
+    share = lambda ms: f"{ms:.2f} ({100 * ms / tree_ms:.1f}%)"  # noqa: E731
     for name in names:
         real, rand = results.get((name, K, L, "real")), results.get((name, K, L, "random"))
         if real is None:
@@ -238,9 +287,10 @@ def render_in_place(results, names, K: int, L: int, *, tree_ms: float, tree_sour
         cap = get_verifier(name).max_drafts
         ratio = real / rand
         mark = f" **> {IN_PLACE_LIMIT:g}x**" if ratio > IN_PLACE_LIMIT else ""
-        lines.append(f"| {name} | {1 if cap is not None and K > cap else K} | {real:.2f} "
-                     f"({100 * real / tree_ms:.1f}%) | {rand:.2f} ({100 * rand / tree_ms:.1f}%) "
-                     f"| {ratio:.2f}{mark} |")
+        both = results.get((name, K, L, "transform"))
+        lines.append(f"| {name} | {1 if cap is not None and K > cap else K} | {share(real)} |"
+                     + (f" {share(both)} |" if both is not None else "")
+                     + f" {share(rand)} | {ratio:.2f}{mark} |")
     return "\n".join(lines)
 
 
@@ -283,8 +333,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(names) - set(list_verifiers()))
     if unknown:
         parser.error(f"unknown verifiers {unknown}; allowed: {', '.join(list_verifiers())}")
+    meta = inputs_meta(args.inputs) if args.mode == "npz" else None
     results = measure(names, args.K, args.L, V=args.vocab, calls=args.calls, warmup=args.warmup,
-                      seed=args.seed, mode=args.mode, inputs=args.inputs, in_loop=args.in_loop)
+                      seed=args.seed, mode=args.mode, inputs=args.inputs, in_loop=args.in_loop,
+                      temperature=meta["temperature"] if meta and args.in_loop else None)
     Ks, Ls, V = args.K, args.L, args.vocab
     setting = {"random": "random laws", "agree": "agreeing peaked drafts (T = 0.4)",
                "npz": f"inputs from {args.inputs}"}[args.mode]
@@ -300,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         table = render_in_place(results, names, drafts.shape[1], drafts.shape[2],
                                 tree_ms=tree_ms, tree_source=source, V=q.shape[-1],
                                 calls=args.calls, inputs=args.inputs,
-                                meta=inputs_meta(args.inputs), in_loop=args.in_loop)
+                                meta=meta, in_loop=args.in_loop)
     else:
         table = render(results, names, Ks, Ls, tree_ms=tree_ms, tree_source=source,
                        V=V, calls=args.calls, setting=setting)

@@ -94,7 +94,8 @@ class GreedyDraftVerifier:
                 survivors.sum() == 1, by_block,
                 lambda: self.rrs_walk(k_chain, drafts, q, p, survivors, lead))
         tau = jnp.where(winner >= 0, 1 + tau_chain, 0).astype(jnp.int32)
-        extra = jnp.where(winner >= 0, sample(k_extra, law), sample(k_res, r))
+        # cond, not where: one draw over the vocabulary per call instead of two.
+        extra = lax.cond(winner >= 0, lambda: sample(k_extra, law), lambda: sample(k_res, r))
         return emit(drafts[lead], tau, extra, lead), state
 
     @staticmethod

@@ -214,5 +214,7 @@ class SpecTrVerifier:
 
         init = (jnp.ones(K, bool), jnp.bool_(False), jnp.int32(0), jnp.int32(0), jnp.int32(0))
         (_, stopped, tau, lead, extra), _ = lax.scan(depth, init, jnp.arange(L))
-        extra = jnp.where(stopped, extra, sample(k_bonus, p[lead, L]))
+        # cond, not where: the bonus draw over the vocabulary runs only after a full block (most
+        # calls stop earlier); unconditional, XLA also ran it beside the sampling transform.
+        extra = lax.cond(stopped, lambda: extra, lambda: sample(k_bonus, p[lead, L]))
         return emit(drafts[lead], tau, extra, lead), state

@@ -6,7 +6,11 @@ vocabulary), and timed on a state taken right after prefill:
 
 - ``draft``: the drafter's ``propose`` (all L draft-model forwards, or the n-gram lookup);
 - ``tree``: the target forward over the largest compiled tree (the trie may run a smaller one);
-- ``verify``: the sampling transform of the target logits and the verifier;
+- ``verify``: the sampling transform of the target logits and the verifier, in one program as
+  the loop runs them; ``sampling`` and ``verifier`` time each alone. The two alone need not
+  add up to ``verify``: in one program XLA runs the transform (K (L + 1) rows of the
+  vocabulary) beside the verifier's work that does not wait for it, so the transform's cost
+  depends on the verifier it is compiled with (docs/verifiers/spectr.md has the numbers);
 - ``other``: one whole loop step minus the three (commit, drafter update, bookkeeping, and
   whatever the fused step saves or costs over the parts).
 
@@ -64,7 +68,8 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
     out = {"step_ms": _median_ms(jit(step), (tstate, dstate, st), reps),
            "prefill_ms": prefill_ms}
     if loop.drafter is None:
-        out |= dict(draft_ms=0.0, tree_ms=out["step_ms"], verify_ms=0.0)
+        out |= dict(draft_ms=0.0, tree_ms=out["step_ms"], verify_ms=0.0, sampling_ms=0.0,
+                    verifier_ms=0.0)
     else:
         def propose(ts, ds, st):
             return jax.vmap(lambda s: loop.propose(models(ts, ds)[1], s))(st)
@@ -87,6 +92,15 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
         out["draft_ms"] = _median_ms(propose, (tstate, dstate, st), reps)
         out["tree_ms"] = _median_ms(score, (tstate, st, drafts), reps)
         out["verify_ms"] = _median_ms(verify, (st, drafts, q, logits), reps)
+
+        def verifier(st, drafts, q, p):
+            def one(s, d, qq, pp):
+                return loop.verifier(loop._keys(s)[1], d, qq, pp, s.verifier_state)
+            return per_sequence(one, st, drafts, q, p)
+
+        sampling = jit(loop.sampling)  # any leading axes
+        out["sampling_ms"] = _median_ms(sampling, (logits,), reps)
+        out["verifier_ms"] = _median_ms(jit(verifier), (st, drafts, q, sampling(logits)), reps)
     parts = out["draft_ms"] + out["tree_ms"] + out["verify_ms"]
     out["other_ms"] = max(out["step_ms"] - parts, 0.0)
     total = parts + out["other_ms"]
@@ -112,8 +126,10 @@ def in_loop(breakdown: dict[str, float], wall_s: list[float], iterations: list[i
 def format_breakdown(b: dict[str, float]) -> str:
     head = (f"in the loop {b['in_loop_step_ms']:.1f} ms per step, {b['in_loop_ratio']:.2f}x "
             f"the standalone step; " if "in_loop_step_ms" in b else "")
+    split = (f"; alone: transform {b['sampling_ms']:.1f}, verifier {b['verifier_ms']:.1f}"
+             if "verifier_ms" in b else "")
     return (head + f"standalone step {b['step_ms']:.1f} ms: draft {b['draft_ms']:.1f} "
             f"({b['draft_frac']:.0%}), tree {b['tree_ms']:.1f} ({b['tree_frac']:.0%}), verify "
-            f"{b['verify_ms']:.1f} ({b['verify_frac']:.0%}), other {b['other_ms']:.1f} "
+            f"{b['verify_ms']:.1f} ({b['verify_frac']:.0%}{split}), other {b['other_ms']:.1f} "
             f"({b['other_frac']:.0%}); prefill {b['prefill_ms']:.1f} ms")
 

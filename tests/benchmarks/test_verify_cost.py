@@ -80,6 +80,18 @@ def test_npz_round_trip_and_in_loop_table(tmp_path, capsys):
         verify_cost.load_inputs(tmp_path / "bad.npz")
 
 
+def test_logits_rebuilt_from_recorded_laws_give_them_back():
+    """T log p through the loop's transform at T is p again (zeros stay zero): the timed
+    program with the transform sees the laws the verifier saw in the loop."""
+    _, _, p = verify_cost.random_inputs(jax.random.key(2), K=2, L=3, V=50)
+    p = p.at[0, 1, :7].set(0.0)
+    p = p / p.sum(-1, keepdims=True)
+    transform, logits = verify_cost.transform_inputs(p, 0.4)
+    back = np.asarray(transform(logits))
+    np.testing.assert_allclose(back, np.asarray(p), rtol=2e-5, atol=1e-7)
+    assert (back[0, 1, :7] == 0).all()
+
+
 def test_recorded_calls_are_the_loops_verifier_inputs(tmp_path, capsys):
     """The recorder leaves the decode unchanged (same tokens as the bare verifier), records one
     call per target call, each with the contract's shared root laws and normalised laws; the
@@ -122,5 +134,12 @@ def test_recorded_calls_are_the_loops_verifier_inputs(tmp_path, capsys):
     assert seen[0] == (3, 3, 3)  # all three recorded calls, K = 3, L = 3
     assert "3 calls recorded in the decode loop (toy-target / toy-draft, toy" in (
         capsys.readouterr().out)
+    # as the loop runs it: the recorded temperature's transform in the verifier's program
+    verify_cost.main(["--mode", "npz", "--inputs", str(out), "--calls", "2", "--in-loop",
+                      "--verifiers", "spectr", "--tree-ms", "10"])
+    text = capsys.readouterr().out
+    assert "the sampling transform (T = 0.4) in one program" in text  # the dump's T
+    row = next(line for line in text.splitlines() if line.startswith("| spectr"))
+    assert "with the transform" in text and row.count("%") == 3
     with pytest.raises(SystemExit):
         verify_cost.main(["--mode", "npz"])

@@ -24,8 +24,11 @@ def test_breakdown_parts_add_up(kind):
     assert total == pytest.approx(max(b["step_ms"], total - b["other_ms"]))
     if kind == "ar":
         assert b["draft_ms"] == 0 and b["verify_ms"] == 0
+        assert b["sampling_ms"] == 0 and b["verifier_ms"] == 0
     else:
         assert b["draft_ms"] > 0 and b["verify_ms"] > 0
+        # the transform and the verifier, each alone (the sum need not equal verify_ms)
+        assert b["sampling_ms"] > 0 and b["verifier_ms"] > 0
     # the loop's own step: the run's decode time (prefill out) over its iterations
     assert b["prefill_ms"] > 0 and b["in_loop_step_ms"] > 0
     assert b["in_loop_ratio"] == pytest.approx(b["in_loop_step_ms"] / b["step_ms"])
