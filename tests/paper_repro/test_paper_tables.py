@@ -392,7 +392,11 @@ def test_a_committed_table_refuses_cells_of_uncommitted_code(fake_runs, tmp_path
     # measured again from clean code (a new session), the table renders into the committed folder
     monkeypatch.setattr(cells, "SESSION", "another-session")
     table1.main(base + ["--out", str(tmp_path / "committed"), "--no-resume"])
-    assert (tmp_path / "committed" / "table1_tiny.md").exists()
+    md = (tmp_path / "committed" / "table1_tiny.md").read_text()
+    assert "**Commit(s):** abc123 (none `+dirty`;" in md
+    # the scratch table, of +dirty cells, says what the mark means
+    assert "abc123+dirty (`+dirty`: the checkout had uncommitted edits" in (
+        tmp_path / "elsewhere" / "table1_tiny.md").read_text()
 
 
 def test_split_table1_takes_be_from_all_prompts_and_sr_from_the_timed_run(fake_runs, tmp_path,
