@@ -845,6 +845,48 @@ def be_text(cells: dict, d: str, name: str, be) -> str:
             f"+{extra} calls over the minimum ({per:.1f} per prompt)")
 
 
+#: A BE cell should have fewer of its prompts at the ceiling than this, where EOS allows.
+CEILING_TARGET = 0.15
+
+
+def ceiling_note(cells: dict, setting: Setting, methods: list[Method]) -> list[str]:
+    """Per dataset: the largest share of prompts at the BE ceiling, and whether more tokens
+    could lower it. Why: a prompt at the ceiling measures the token budget, not the verifier;
+    one that ended at EOS stays there whatever the budget, one that ran the whole budget would
+    move with more tokens."""
+    names = [m.name for m in methods if m.verifier is not None]
+    lines = ["", "## Prompts at the BE ceiling", "",
+             f"Aim: under {100 * CEILING_TARGET:.0f} % of a cell's prompts at the ceiling "
+             f"(L = {setting.L}, {setting.max_new_tokens} tokens), where EOS allows. Per "
+             "dataset: the largest share of any row, and the prompts at the ceiling over all "
+             "rows, split into those that ended at EOS (more tokens cannot move them) and those "
+             "that ran the whole budget (more tokens per prompt would).", ""]
+    for d in setting.datasets:
+        have = [n for n in names if (d, n) in cells]
+        if not have:
+            continue
+        share = {n: at_ceiling(cells, [d], n) for n in have}
+        worst = max(have, key=share.get)
+        at = [p for n in have for p in cells[d, n]["prompts"]
+              if p["target_calls"] <= p["min_calls"]]
+        eos = sum(p["new_tokens"] < setting.max_new_tokens for p in at)
+        full = len(at) - eos
+        if share[worst] <= CEILING_TARGET:
+            verdict = "under the aim"
+        elif full == 0:
+            verdict = ("over the aim, but every prompt there ended at EOS: more tokens cannot "
+                       "lower it")
+        else:
+            verdict = (f"**over the aim**; more tokens per prompt would lower it (this table "
+                       f"keeps {setting.max_new_tokens}: the "
+                       "BE cells' CPU time grows with the tokens; the other-L column sets "
+                       "below move the ceiling instead)")
+        lines.append(f"- {DATASETS.get(d, d)}: up to {100 * share[worst]:.0f} % ({worst}); "
+                     f"{len(at)} prompt-cells at the ceiling, {eos} ended at EOS, {full} ran "
+                     f"all {setting.max_new_tokens} tokens: {verdict}.")
+    return lines
+
+
 def other_L_table(parts: dict, split: Split, setting: Setting, methods: list[Method]) -> list[str]:
     """BE at the other draft lengths, beside the main L, on the same prompts."""
     if not split.other_L:
@@ -1005,6 +1047,7 @@ def run_table(table: str, title: str, argv, presets: dict[str, Setting], methods
     md += other
     md += gap_table(table_rows, setting)
     if split is not None:
+        md += ceiling_note(cells, setting, methods)
         md += projection_note(table_rows, setting, parts)
         md += other_L_table(parts, split, setting, methods)
     md += paper_reference() if paper else []

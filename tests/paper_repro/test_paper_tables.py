@@ -4,6 +4,7 @@ tiny runs are marked slow); preset resolution for the Qwen pair without loading 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -560,3 +561,25 @@ def test_ordering_tests_each_step_of_the_papers_order_per_dataset_and_pooled():
     assert len(cols) == 4
     assert cols[2].startswith("-") and cols[2].endswith("resolved: yes")
     assert cols[1].endswith("resolved: no")
+
+
+def test_ceiling_note_says_per_dataset_whether_more_tokens_would_help():
+    """A prompt at the ceiling that ended at EOS cannot move with more tokens; one that ran the
+    whole budget can: the note tells the two apart per dataset, against the 15 % aim."""
+    s = dataclasses.replace(table1.PRESETS["tiny"], datasets=("humaneval", "gsm8k", "alpaca"),
+                max_new_tokens=24)
+    L = s.L
+
+    def prompt(tokens, calls):
+        return dict(new_tokens=tokens, target_calls=calls, min_calls=-(-tokens // (L + 1)))
+
+    at_full, at_eos, below = prompt(24, 3), prompt(10, 2), prompt(24, 7)
+    store = {("humaneval", "token"): {"prompts": [at_full] + [below] * 3},  # 25 %, full budget
+             ("gsm8k", "token"): {"prompts": [at_eos] + [below] * 9},  # 10 %
+             ("alpaca", "token"): {"prompts": [at_eos] + [below] * 2}}  # 33 %, all at EOS
+    text = "\n".join(table1.ceiling_note(store, s, [cells.Method(None), cells.Method("token", 1)]))
+    he, gsm, alp = (next(x for x in text.splitlines() if x.startswith(f"- {n}:"))
+                    for n in ("HumanEval", "GSM8K", "Alpaca"))
+    assert "up to 25 % (token)" in he and "**over the aim**; more tokens" in he
+    assert "up to 10 %" in gsm and "under the aim" in gsm
+    assert "up to 33 %" in alp and "1 ended at EOS, 0 ran" in alp and "cannot lower it" in alp
