@@ -860,7 +860,7 @@ def ceiling_note(cells: dict, setting: Setting, methods: list[Method]) -> list[s
              f"(L = {setting.L}, {setting.max_new_tokens} tokens), where EOS allows. Per "
              "dataset: the largest share of any row, and the prompts at the ceiling over all "
              "rows, split into those that ended at EOS (more tokens cannot move them) and those "
-             "that ran the whole budget (more tokens per prompt would).", ""]
+             "that ran the whole budget (more tokens per prompt could).", ""]
     for d in setting.datasets:
         have = [n for n in names if (d, n) in cells]
         if not have:
@@ -877,10 +877,10 @@ def ceiling_note(cells: dict, setting: Setting, methods: list[Method]) -> list[s
             verdict = ("over the aim, but every prompt there ended at EOS: more tokens cannot "
                        "lower it")
         else:
-            verdict = (f"**over the aim**; more tokens per prompt would lower it (this table "
-                       f"keeps {setting.max_new_tokens}: the "
-                       "BE cells' CPU time grows with the tokens; the other-L column sets "
-                       "below move the ceiling instead)")
+            verdict = (f"**over the aim**; more tokens per prompt could lower it, unless "
+                       "those prompts end at EOS soon after (not measured: the BE cells' CPU "
+                       "time grows with the tokens; the other-L column sets below move the "
+                       "ceiling instead)")
         lines.append(f"- {DATASETS.get(d, d)}: up to {100 * share[worst]:.0f} % ({worst}); "
                      f"{len(at)} prompt-cells at the ceiling, {eos} ended at EOS, {full} ran "
                      f"all {setting.max_new_tokens} tokens: {verdict}.")

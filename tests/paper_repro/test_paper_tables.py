@@ -580,6 +580,6 @@ def test_ceiling_note_says_per_dataset_whether_more_tokens_would_help():
     text = "\n".join(table1.ceiling_note(store, s, [cells.Method(None), cells.Method("token", 1)]))
     he, gsm, alp = (next(x for x in text.splitlines() if x.startswith(f"- {n}:"))
                     for n in ("HumanEval", "GSM8K", "Alpaca"))
-    assert "up to 25 % (token)" in he and "**over the aim**; more tokens" in he
+    assert "up to 25 % (token)" in he and "**over the aim**; more tokens per prompt could" in he
     assert "up to 10 %" in gsm and "under the aim" in gsm
     assert "up to 33 %" in alp and "1 ended at EOS, 0 ran" in alp and "cannot lower it" in alp
