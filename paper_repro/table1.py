@@ -877,7 +877,7 @@ def ceiling_note(cells: dict, setting: Setting, methods: list[Method]) -> list[s
             verdict = ("over the aim, but every prompt there ended at EOS: more tokens cannot "
                        "lower it")
         else:
-            verdict = (f"**over the aim**; more tokens per prompt could lower it, unless "
+            verdict = ("**over the aim**; more tokens per prompt could lower it, unless "
                        "those prompts end at EOS soon after (not measured: the BE cells' CPU "
                        "time grows with the tokens; the other-L column sets below move the "
                        "ceiling instead)")
