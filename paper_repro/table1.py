@@ -600,7 +600,7 @@ def paper_measurements(cells, setting: Setting, names: set[str], base: str = "sp
 
 
 def acceptance_figure(table_rows: list[dict], setting: Setting, path: Path) -> None:
-    """P(tau > i) per draft position, pooled over the datasets, one line per method."""
+    """P(tau >= i) per draft position, pooled over the datasets, one line per method."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -620,7 +620,9 @@ def acceptance_figure(table_rows: list[dict], setting: Setting, path: Path) -> N
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    ax.set_title(f"Per-position acceptance ({setting.regime}, mean over datasets)", fontsize=9)
+    # Acceptance does not depend on the batching, so the title names the setting, not a regime.
+    ax.set_title(f"Per-position acceptance, K = {setting.K}, L = {setting.L}, "
+                 f"T = {setting.temperature}, n = {setting.n} (mean over datasets)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
