@@ -30,7 +30,7 @@ Random laws understate what the decode loop pays, for two reasons (issue 44):
 
     python -m benchmarks.verify_cost [--tree-ms 850] [--K 4 8] [--L 8] [--calls 20]
         [--mode random|agree|npz] [--inputs F.npz] [--in-loop]
-        [--out paper_repro/results/verify_cost.md]
+        [--out paper_repro/results/verify_cost_xeon.md]
 
 Budget: every verifier within 5 % of the target's tree pass at K = 4, L = 8. The tree
 pass defaults to the Qwen2.5-Coder-1.5B tree(K=4, L=8) row of the committed decode_speed results
