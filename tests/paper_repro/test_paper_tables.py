@@ -470,6 +470,13 @@ def test_split_table1_measures_one_part_at_a_time_with_the_timed_part_at_batch_1
     other_l = md.split("## BE at other draft lengths")[1].split("\n\n## ")[0]
     assert other_l.count("pending") == len([m for m in table1.methods(
         table1.PRESETS["tiny_split"]) if m.verifier is not None])
+    assert "## Ordering by BE at L = 4" not in md  # not before its cells are there
+    table1.main(base + ["--measure", "L4"])
+    table1.main(base + ["--render-only"])
+    md = (tmp_path / "table1_tiny_split.md").read_text()
+    at_4 = md.split("## Ordering by BE at L = 4")[1].split("\n\n## ")[0]
+    assert "- Ours, HumanEval:" in at_4 and "pooled" not in at_4  # one dataset at L = 4
+    assert "| SpecTr-GBV > SpecTr |" in at_4
     # One dataset's cells serve a run restricted to that dataset (keys hold no dataset list).
     batches.clear()
     table1.main(base + ["--measure", "be", "--datasets", "humaneval"])
