@@ -139,12 +139,17 @@ def time_verifier(verifier, drafts, q, p, *, calls: int, warmup: int, seed: int,
         def fn(key, *args):
             return batched(key[None], *args)
     keys = jax.random.split(jax.random.key(seed), warmup + calls)
+    return median_ms(lambda i: fn(keys[i], *cases[i % N], state), calls=calls, warmup=warmup)
+
+
+def median_ms(call, *, calls: int, warmup: int) -> float:
+    """Median milliseconds of ``call(i)`` (results blocked on) for i after ``warmup`` calls."""
     for i in range(warmup):
-        jax.block_until_ready(fn(keys[i], *cases[i % N], state))
+        jax.block_until_ready(call(i))
     times = []
     for i in range(warmup, warmup + calls):
         start = time.perf_counter()
-        jax.block_until_ready(fn(keys[i], *cases[i % N], state))
+        jax.block_until_ready(call(i))
         times.append(time.perf_counter() - start)
     return 1e3 * float(np.median(times))
 
@@ -205,14 +210,7 @@ def transform_inputs(p, temperature: float):
 def time_transform(transform, logits, *, calls: int, warmup: int) -> float:
     """Median milliseconds of the transform alone on one recorded call's logits."""
     fn = jax.jit(transform)
-    for i in range(warmup):
-        jax.block_until_ready(fn(logits[i % len(logits)]))
-    times = []
-    for i in range(warmup, warmup + calls):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(logits[i % len(logits)]))
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+    return median_ms(lambda i: fn(logits[i % len(logits)]), calls=calls, warmup=warmup)
 
 
 def measured_tree_ms(path: Path = DECODE_SPEED) -> float | None:

@@ -79,28 +79,26 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
             nodes = loop.tree_sizes[-1]
             return jax.vmap(lambda s, d: loop.score(target, s, d, nodes))(st, drafts)
 
-        def verify(st, drafts, q, logits):
-            def one(s, d, qq, lg):
-                k_verify = loop._keys(s)[1]
-                return loop.verifier(k_verify, d, qq, loop.sampling(lg), s.verifier_state)
-            return per_sequence(one, st, drafts, q, logits)  # as the loop's ``finish`` does
+        def verifying(transform):
+            """The verifier on ``transform(x)``, per sequence as the loop's ``finish`` calls it."""
+            def run(st, drafts, q, x):
+                def one(s, d, qq, xx):
+                    return loop.verifier(loop._keys(s)[1], d, qq, transform(xx),
+                                         s.verifier_state)
+                return per_sequence(one, st, drafts, q, x)
+            return jit(run)
 
         # One jitted callable per part: a fresh jax.jit wrapper would compile the part again.
-        propose, score, verify = jit(propose), jit(score), jit(verify)
+        propose, score, verify = jit(propose), jit(score), verifying(loop.sampling)
         drafts, q, _ = propose(tstate, dstate, st)
         logits = score(tstate, st, drafts)[0]
         out["draft_ms"] = _median_ms(propose, (tstate, dstate, st), reps)
         out["tree_ms"] = _median_ms(score, (tstate, st, drafts), reps)
         out["verify_ms"] = _median_ms(verify, (st, drafts, q, logits), reps)
-
-        def verifier(st, drafts, q, p):
-            def one(s, d, qq, pp):
-                return loop.verifier(loop._keys(s)[1], d, qq, pp, s.verifier_state)
-            return per_sequence(one, st, drafts, q, p)
-
         sampling = jit(loop.sampling)  # any leading axes
         out["sampling_ms"] = _median_ms(sampling, (logits,), reps)
-        out["verifier_ms"] = _median_ms(jit(verifier), (st, drafts, q, sampling(logits)), reps)
+        out["verifier_ms"] = _median_ms(verifying(lambda p: p), (st, drafts, q,
+                                                                 sampling(logits)), reps)
     parts = out["draft_ms"] + out["tree_ms"] + out["verify_ms"]
     out["other_ms"] = max(out["step_ms"] - parts, 0.0)
     total = parts + out["other_ms"]
