@@ -128,18 +128,19 @@ def _reference(x, w: Int8Weight | F32Weight):
     return jax.lax.dot_general(x, dense, (((x.ndim - 1,), (1,)), ((), ())))
 
 
-#: Set while a prefill is traced (``bulk_rows``): its products take XLA's dot on the unpacked
-#: weights instead of the kernel. The kernel streams each weight block once per tile of a few
-#: rows, right for decode and tree passes; for a whole prompt's rows XLA's blocked GEMM is
-#: faster (the Qwen 1.5B prefill of 168 rows: 16.1 s through the kernel, 8.7 s with XLA's dot
-#: on unpacked float32 weights, on an AMD EPYC family 23 VM). Only the prefill takes it, for
-#: AR and speculative runs alike, so every decode and tree pass keeps the kernel's bits.
+#: Set while a prefill is traced (``bulk_rows``): on CPUs where XLA's blocked GEMM beats the
+#: kernel for a whole prompt's rows (``kernels.prefill_dot``, by the kernel's instruction set),
+#: its products take XLA's dot on the unpacked weights. The kernel streams each weight block
+#: once per tile of rows: right for decode and tree passes everywhere, and for a prompt too
+#: where its tiles are wide (AVX-512). Only the prefill takes it, for AR and speculative runs
+#: alike, so every decode and tree pass keeps the kernel's bits.
 _BULK = contextvars.ContextVar("specjax_bulk_rows", default=False)
 
 
 @contextlib.contextmanager
 def bulk_rows():
-    """Trace the products inside as many-row products (a prefill): XLA's dot, not the kernel."""
+    """Trace the products inside as many-row products (a prefill): XLA's dot where it is the
+    faster form on this CPU (``in_bulk``)."""
     token = _BULK.set(True)
     try:
         yield
@@ -148,7 +149,8 @@ def bulk_rows():
 
 
 def in_bulk() -> bool:
-    return _BULK.get()
+    """Whether the products traced now leave the kernels for XLA's ``jnp`` forms."""
+    return _BULK.get() and kernels.prefill_dot() == "xla"
 
 
 def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:

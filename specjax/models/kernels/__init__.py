@@ -66,6 +66,28 @@ def prefetch_level() -> str:
     return level
 
 
+#: How a prefill's many-row products run (``quant.bulk_rows``): through the kernel, or XLA's
+#: blocked GEMM on the unpacked weights.
+PREFILL_DOTS = ("kernel", "xla")
+
+
+def prefill_dot() -> str:
+    """``SPECJAX_PREFILL_DOT`` if set, else the form measured faster for a prompt's rows with this
+    CPU's kernel form. The AVX-512 form's 6-row tiles run a 128-row prefill near the matmul
+    roofline, and XLA's dot on weights unpacked per call was 2.5x slower (Intel Xeon family 6
+    model 167, same process: Qwen 1.5B float32 1.42 vs 3.52 s, 0.5B int8 0.80 vs 0.93 s, and
+    its compile 4.6 vs 20.7 s). The AVX2 form's tiles are smaller, and there XLA's dot won
+    (AMD EPYC family 23 model 1, 168 rows: 1.5B 13.6 vs 9.3 s, 0.5B int8 4.0-4.8 vs 3.0 s).
+    Either way every decode and tree pass keeps the kernel, and AR and speculative runs take
+    the same prefill."""
+    form = os.environ.get("SPECJAX_PREFILL_DOT", "").strip().lower()
+    if not form:
+        return "kernel" if "avx512f" in hardware.cpuinfo("flags").split() else "xla"
+    if form not in PREFILL_DOTS:
+        raise ValueError(f"SPECJAX_PREFILL_DOT must be one of {list(PREFILL_DOTS)}, got {form!r}")
+    return form
+
+
 def build(march: str = "native") -> Path:
     """Compile the kernel for ``-march`` (or reuse the cached build); raises ``RuntimeError``
     with the compiler's message when it cannot. The kernel has an AVX-512 and an AVX2 form;

@@ -50,3 +50,24 @@ def test_kernel_prefetch_level_follows_vendor_and_override(monkeypatch, tmp_path
     monkeypatch.setenv("SPECJAX_KERNEL_PREFETCH", "l3")
     with pytest.raises(ValueError, match="SPECJAX_KERNEL_PREFETCH.*'l1', 'l2'.*'l3'"):
         kernels.prefetch_level()
+
+
+def test_prefill_dot_follows_kernel_form_and_override(monkeypatch):
+    """A prefill keeps the kernel where its AVX-512 form runs (it measured 2.5x faster than
+    XLA's dot there) and takes XLA's dot under the AVX2 form; the environment can choose either,
+    and ``quant.in_bulk`` follows the choice only inside ``bulk_rows``."""
+    from specjax.models import quant
+
+    monkeypatch.delenv("SPECJAX_PREFILL_DOT", raising=False)
+    for flags, form in (("fpu avx2 avx512f avx512bw", "kernel"), ("fpu avx2 fma", "xla"),
+                        ("", "xla"), ("avx512fp16", "xla")):
+        monkeypatch.setattr(hardware, "cpuinfo", lambda *keys, flags=flags, **kw: flags)
+        assert kernels.prefill_dot() == form
+        assert not quant.in_bulk()
+        with quant.bulk_rows():
+            assert quant.in_bulk() == (form == "xla")
+    monkeypatch.setenv("SPECJAX_PREFILL_DOT", "Kernel")
+    assert kernels.prefill_dot() == "kernel"
+    monkeypatch.setenv("SPECJAX_PREFILL_DOT", "onednn")
+    with pytest.raises(ValueError, match="SPECJAX_PREFILL_DOT.*'kernel', 'xla'.*'onednn'"):
+        kernels.prefill_dot()
