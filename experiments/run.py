@@ -130,9 +130,11 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     drafter, auto = _lookahead(cfg, target, draft, drafter, verifier, sampling, texts)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                   batch_size=cfg.batch_size, mesh=mesh)
+    fallback = _fallback(cfg)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
     spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
-                            breakdown=bool(cfg.get("breakdown", False)), **common)
+                            fallback=fallback, breakdown=bool(cfg.get("breakdown", False)),
+                            **common)
     rows = _rows(prompts, texts, spec, ar)
     summary = _summary(cfg, run_dir, draft, drafter, verifier, spec, ar, auto, len(prompts))
     if not parallel.is_main_process():  # every process holds the gathered results; process 0
@@ -140,6 +142,17 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     _record(cfg, run_dir, rows, summary, spec, console)
     _track(cfg, run_dir, rows, summary, drafter)
     return summary
+
+
+def _fallback(cfg: DictConfig):
+    """The loop's fallback rule (``specjax.decode.fallback``), or None to always speculate."""
+    fb = cfg.get("fallback")
+    if fb is None or fb.get("break_even") is None:
+        return None
+    from specjax.decode.fallback import Fallback
+
+    return Fallback(break_even=float(fb.break_even), decay=float(fb.get("decay", 0.5)),
+                    max_wait=int(fb.get("max_wait", 16)))
 
 
 def _lookahead(cfg: DictConfig, target, draft, drafter, verifier, sampling, texts):

@@ -73,6 +73,23 @@ def _number(cfg: DictConfig, path: str):
     return value
 
 
+def _fallback(cfg: DictConfig) -> None:
+    """``fallback.break_even``: null (always speculate) or tokens per speculative step >= 1."""
+    if cfg.fallback.get("break_even") is None:
+        return
+    if _number(cfg, "fallback.break_even") < 1:
+        raise ConfigError("fallback.break_even", "must be >= 1 (tokens a speculative step emits "
+                          f"at break-even) or null, got {cfg.fallback.break_even!r}")
+    _int(cfg, "fallback.max_wait", 1)
+    if not 0 <= _number(cfg, "fallback.decay") < 1:
+        raise ConfigError("fallback.decay", f"must be in [0, 1), got {cfg.fallback.decay!r}")
+    if cfg.drafter.get("_target_", "").rsplit(".", 1)[-1] in ("EagleDrafter", "MedusaDrafter"):
+        raise ConfigError("fallback.break_even", "the trained heads (drafter=eagle, medusa) read "
+                          "the target's features at every step and cannot skip steps; use "
+                          "drafter=model, adaptive, dynamic_tree, early_exit or ngram, or "
+                          "fallback.break_even=null")
+
+
 def check_config(cfg: DictConfig) -> None:
     """Field-by-field checks on the composed config (no imports of models or drafters)."""
     _int(cfg, "drafter.K", 1)
@@ -94,6 +111,8 @@ def check_config(cfg: DictConfig) -> None:
     _int(cfg, "seed", 0)
     _int(cfg, "batch_size", 1, optional=True)
     _int(cfg, "dataset.n", 1, optional=True)
+    if cfg.get("fallback") is not None:
+        _fallback(cfg)
     if not isinstance(cfg.get("compile_cache", True), bool):
         raise ConfigError("compile_cache", f"must be true or false, got {cfg.compile_cache!r}")
     if _number(cfg, "sampling.temperature") < 0:

@@ -257,7 +257,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
              max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
              batch_size: int | None = None, progress: bool = True,
              compiler_options: dict | None = None, breakdown: bool = False,
-             mesh=None, shared_prompt: bool = False,
+             mesh=None, shared_prompt: bool = False, fallback=None,
              keep_compiled: int = KEEP_COMPILED) -> GenerationResult:
     """Decode ``prompts`` with ``target``; speculative when ``drafter`` is given.
 
@@ -278,6 +278,10 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     columns over its ``model`` axis; the loop is still one jitted call, and the tokens and
     counters are those of one device.
 
+    ``fallback`` (``specjax.decode.fallback.Fallback``): take autoregressive steps while the
+    speculative ones emit too few tokens to pay; still exact (the choice reads only earlier
+    steps). None = every step speculates.
+
     ``keep_compiled``: how many compiled loops this process keeps between calls (least recently
     used dropped first); a table that alternates between more settings than that recompiles.
 
@@ -297,7 +301,7 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
                       verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
                       eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
                       max_new_tokens=max_new_tokens, prompt_pad=batches.pad, mesh=mesh,
-                      shared_prompt=bool(shared_prompt))
+                      shared_prompt=bool(shared_prompt), fallback=fallback if drafter else None)
     if mesh is not None:  # weights and batches onto the mesh; outputs come back whole
         from specjax.decode import parallel
 

@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 from jaxtyping import Array, Bool, Int
 
 from algorithms.verifiers.base import ReadsOut, Verifier
+from specjax.decode.fallback import Fallback
 from specjax.drafters.base import Drafter
 from specjax.models.passes import commit_path, decode, prefill, score_tree, trie
 from specjax.models.sampling import Sampling
@@ -62,6 +63,7 @@ class SeqState:
     # 0, or which model's laws held NaN/inf and stopped this sequence (nothing sampled from them):
     # NONFINITE_TARGET or NONFINITE_DRAFT.
     nonfinite: Int[Array, ""]
+    fallback: Any = ()  # ``FallbackState`` when the loop has a fallback rule, else ()
 
 
 #: ``SeqState.nonfinite`` codes (the host turns them into an error naming the prompt).
@@ -94,6 +96,17 @@ class DecodeLoop:
     # Every row holds the same prompt (n samples of one prompt: audits, best-of-n): prefill it
     # once and broadcast the state, instead of B identical prefills (``run``).
     shared_prompt: bool = False
+    # Autoregressive steps while speculation does not pay (``specjax.decode.fallback``); None =
+    # every step speculates.
+    fallback: Fallback | None = None
+
+    def __post_init__(self):
+        if self.fallback is not None and getattr(self.drafter, "resync", None) is None:
+            raise ValueError(
+                f"fallback: {type(self.drafter).__name__ if self.drafter else 'autoregressive'}"
+                f" decoding cannot fall back to autoregressive steps; the draft-model drafters "
+                f"(drafter=model, adaptive, dynamic_tree, early_exit) and drafter=ngram can, "
+                f"or set fallback=null")
 
     @property
     def K(self) -> int:
@@ -149,7 +162,7 @@ class DecodeLoop:
             done=self.starts_done(length), steps=zero, drafter_calls=zero,
             new_tokens=zero, accepted=zero,
             accepted_per_position=jnp.zeros((self.L,), jnp.int32), hit_eos=jnp.bool_(False),
-            nonfinite=zero)
+            nonfinite=zero, fallback=self.fallback.init() if self.fallback else ())
 
     def starts_done(self, length):
         """A row with nothing to do: a padding row (length 0), or no tokens asked for."""
@@ -177,7 +190,7 @@ class DecodeLoop:
         emitted = self.sampling.draw(k_verify, logits)[None]
         bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET, 0)
         return self._advance(st, emitted, jnp.int32(1), jnp.int32(0), cache,
-                             st.drafter_state, st.verifier_state, bad)
+                             st.drafter_state, st.verifier_state, bad, speculative=False)
 
     def propose(self, dmodel, st: SeqState):
         k_draft, _ = self._keys(st)
@@ -203,9 +216,11 @@ class DecodeLoop:
         # q is the drafter's law after the sampling transform: NaN iff its logits were unusable.
         bad = jnp.where(nonfinite_logits(logits), NONFINITE_TARGET,
                         jnp.where(jnp.all(jnp.isfinite(q)), 0, NONFINITE_DRAFT))
-        return self._advance(st, verdict.tokens, verdict.num_emitted, tau, cache, ds, vs, bad)
+        return self._advance(st, verdict.tokens, verdict.num_emitted, tau, cache, ds, vs, bad,
+                             speculative=True)
 
-    def _advance(self, st: SeqState, emitted, num, tau, cache, ds, vs, bad) -> SeqState:
+    def _advance(self, st: SeqState, emitted, num, tau, cache, ds, vs, bad, *,
+                 speculative: bool) -> SeqState:
         # Truncate at max_new_tokens and after the first EOS (EOS itself is kept). A step whose
         # laws were not finite (``bad`` != 0) emits nothing and stops the sequence.
         idx = jnp.arange(emitted.shape[0])
@@ -217,14 +232,18 @@ class DecodeLoop:
             hit_eos = is_eos.any()
         dest = jnp.where(idx < count, st.n + idx, st.history.shape[0])
         new_tokens = st.new_tokens + count
+        fb = st.fallback
+        if self.fallback is not None:
+            fb = (self.fallback.after_speculative(fb, num) if speculative
+                  else self.fallback.after_autoregressive(fb))
         new = st.replace(
             history=st.history.at[dest].set(emitted, mode="drop"), n=st.n + count, cache=cache,
             drafter_state=ds, verifier_state=vs, steps=st.steps + 1,
-            drafter_calls=st.drafter_calls + (self.drafter.calls_per_step() if self.drafter else 0),
+            drafter_calls=st.drafter_calls + (self.drafter.calls_per_step() if speculative else 0),
             new_tokens=new_tokens, accepted=st.accepted + tau,
             accepted_per_position=st.accepted_per_position + (jnp.arange(self.L) < tau),
             done=hit_eos | (new_tokens >= self.max_new_tokens) | (bad > 0), hit_eos=hit_eos,
-            nonfinite=jnp.asarray(bad, jnp.int32))
+            nonfinite=jnp.asarray(bad, jnp.int32), fallback=fb)
         # A finished sequence keeps its state. Its target cache is the exception: nothing reads it
         # again, and selecting it back would rewrite the whole KV cache on every step.
         kept = jax.tree.map(lambda old, nw: jnp.where(st.done, old, nw), st.replace(cache=()),
@@ -235,6 +254,20 @@ class DecodeLoop:
         """One loop step for the whole batch (``st`` has a leading batch axis)."""
         if self.drafter is None:
             return jax.vmap(lambda s: self.step_ar(target, s))(st)
+        if self.fallback is None:
+            return self.speculate(target, dmodel, st)
+        # One kind of step for the whole batch: speculative if any running row wants it.
+        go = jnp.any(jax.vmap(self.fallback.speculates)(st.fallback) & ~st.done)
+        return jax.lax.cond(go, lambda st: self.speculate(target, dmodel, st, resync=True),
+                            lambda st: jax.vmap(lambda s: self.step_ar(target, s))(st), st)
+
+    def speculate(self, target, dmodel, st: SeqState, resync: bool = False) -> SeqState:
+        """One speculative step for the whole batch; ``resync``: the draft first reads the
+        tokens that autoregressive steps emitted without it (``decode.fallback``)."""
+        if resync:
+            st = st.replace(drafter_state=jax.vmap(
+                lambda s: self.drafter.resync(dmodel, s.drafter_state, s.history, s.n,
+                                              scratch=self.draft_scratch))(st))
         drafts, q, ds = jax.vmap(lambda s: self.propose(dmodel, s))(st)
 
         def scored(nodes):
@@ -292,6 +325,8 @@ class DecodeLoop:
         # summed in its state to the counters.
         extra = (self.verifier.readout(st.verifier_state) if isinstance(self.verifier, ReadsOut)
                  else {})
+        if self.fallback is not None:
+            extra["ar_steps"] = st.fallback.ar_steps
         return extra | dict(history=st.history, n=st.n, prompt_len=st.prompt_len,
                             target_calls=st.steps,
                             drafter_calls=st.drafter_calls, new_tokens=st.new_tokens,

@@ -100,6 +100,9 @@ class DynamicTreeDrafter(ModelDrafter):
             more, step, (jnp.int32(1), drafts, q, cache, value, drafted))
         return drafts, q, (cache, drafted)
 
+    def resync(self, model, state, history, n, *, scratch: int):
+        return (self.feed_lag(model, state[0], history, n, scratch), state[1])
+
     def update(self, model, state, drafts, verdict: Verdict, n, *, scratch: int):
         cache, drafted = state  # only the drafted tokens' slots hold draft KV
         return (self.commit(model, cache, verdict, n, drafted=drafted[verdict.draft_index]),

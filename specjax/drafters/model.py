@@ -84,6 +84,27 @@ class ModelDrafter(BlockShape):
         drafts, q, cache = jax.lax.fori_loop(1, L, step, (drafts, q, cache))
         return drafts, q, cache
 
+    def resync(self, model, state, history: Int[Array, " T"], n: Int[Array, ""], *, scratch: int):
+        """The draft state after reading the tokens autoregressive steps emitted without it."""
+        return self.feed_lag(model, state, history, n, scratch)
+
+    @staticmethod
+    def feed_lag(model, cache, history, n, scratch: int):
+        """Commit ``history`` up to ``n - 2`` into the draft cache, ``scratch`` tokens per
+        forward, so that it lags by at most the one token ``catch_up`` takes. After steps that
+        all speculated, the lag is already <= 1 and no forward runs."""
+        s = jnp.arange(scratch, dtype=jnp.int32)
+        causal = s[None, :] <= s[:, None]
+
+        def chunk(cache):
+            count = jnp.minimum(n - 2 - cache.length, scratch)
+            pos = cache.length + s
+            _, cache = model.forward(history[jnp.minimum(pos, history.shape[0] - 1)], pos, s,
+                                     causal, cache)
+            return model.commit(cache, s, count)
+
+        return jax.lax.while_loop(lambda cache: n - 1 - cache.length > 1, chunk, cache)
+
     @staticmethod
     def catch_up(model, cache, history, n, scratch: int):
         """The root forward: (logits of the pending token, cache, lag, scratch slot ids).

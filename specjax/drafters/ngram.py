@@ -54,6 +54,9 @@ class NgramDrafter(BlockShape):
     def init_state(self, model, prompt, length, *, max_len: int, scratch: int):
         return ()
 
+    def resync(self, model, state, history, n, *, scratch: int):
+        return state  # nothing cached: candidates are read from the history each step
+
     def update(self, model, state, drafts, verdict, n, *, scratch: int):
         return state
 

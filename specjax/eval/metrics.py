@@ -28,6 +28,10 @@ def per_prompt_metrics(counters: dict[str, np.ndarray], i: int, L: int) -> dict:
     extra = {}
     if "root_bound" in counters:  # a RootBoundProbe ran (specjax.eval.root_bound): sum of alpha*
         extra["root_bound"] = float(counters["root_bound"][i])
+    spec_calls = calls
+    if "ar_steps" in counters:  # the loop fell back to autoregressive steps (decode.fallback)
+        extra["ar_steps"] = int(counters["ar_steps"][i])
+        spec_calls = calls - extra["ar_steps"]
     return extra | dict(
         prompt_tokens=int(counters["prompt_len"][i]),
         new_tokens=new,
@@ -37,7 +41,7 @@ def per_prompt_metrics(counters: dict[str, np.ndarray], i: int, L: int) -> dict:
         accepted_per_position=app,
         block_efficiency=new / calls if calls else 0.0,
         mean_accepted=acc / calls if calls else 0.0,
-        acceptance_rate=acc / (calls * L) if calls and L else 0.0,
+        acceptance_rate=acc / (spec_calls * L) if spec_calls and L else 0.0,
         stop="eos" if bool(counters["hit_eos"][i]) else "length",
     )
 
@@ -51,15 +55,20 @@ def summarize(per_prompt: list[dict], *, L: int, wall_time_s: float,
     app = np.zeros(L)
     for p in per_prompt:
         app += np.asarray(p["accepted_per_position"], float)
-    return dict(
+    extra = {}
+    spec_calls = calls  # acceptance is a property of the speculative steps only
+    if all("ar_steps" in p for p in per_prompt) and per_prompt:
+        extra["ar_steps"] = sum(p["ar_steps"] for p in per_prompt)
+        spec_calls = calls - extra["ar_steps"]
+    return extra | dict(
         num_prompts=len(per_prompt),
         new_tokens=new,
         target_calls=calls,
         drafter_calls=sum(p["drafter_calls"] for p in per_prompt),
         block_efficiency=new / calls if calls else 0.0,
         mean_accepted=acc / calls if calls else 0.0,
-        acceptance_rate=acc / (calls * L) if calls and L else 0.0,
-        per_position_acceptance=[float(a / calls) if calls else 0.0 for a in app],
+        acceptance_rate=acc / (spec_calls * L) if spec_calls and L else 0.0,
+        per_position_acceptance=[float(a / spec_calls) if spec_calls else 0.0 for a in app],
         tokens_per_s=new / wall_time_s if wall_time_s > 0 else float("inf"),
         wall_time_s=wall_time_s,
         compile_time_s=compile_time_s,

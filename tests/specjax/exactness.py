@@ -59,11 +59,11 @@ def uncached_greedy(model, prompts, n):
     return out
 
 
-def toy_fit(drafter, verifier="token", temperature=1.0, seed=0):
+def toy_fit(drafter, verifier="token", temperature=1.0, seed=0, **generate_kw):
     target, draft = load_toy("toy-target"), load_toy("toy-draft")
     res = generate(target, [PROMPT] * SEEDS, draft=draft, drafter=drafter, verifier=verifier,
                    sampling=Sampling(temperature=temperature), max_new_tokens=N_NEW, seed=seed,
-                   progress=False, compiler_options=FAST)
+                   progress=False, compiler_options=FAST, **generate_kw)
     counts = Counter(tuple(t) for t in res.tokens)
     return chi_square(counts, exact_first_tokens(target, PROMPT, N_NEW, temperature, 0)), res
 
