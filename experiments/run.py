@@ -130,13 +130,17 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     drafter, auto = _lookahead(cfg, target, draft, drafter, verifier, sampling, texts)
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                   batch_size=cfg.batch_size, mesh=mesh)
-    fallback = _fallback(cfg)
+    fallback, measured = _fallback(cfg, target, draft, drafter, verifier, texts, common)
     ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
     spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
                             fallback=fallback, breakdown=bool(cfg.get("breakdown", False)),
                             **common)
     rows = _rows(prompts, texts, spec, ar)
     summary = _summary(cfg, run_dir, draft, drafter, verifier, spec, ar, auto, len(prompts))
+    if fallback is not None:  # the rule the loop ran with, and what break_even=auto measured
+        summary["fallback"] = {"break_even": fallback.break_even, "decay": fallback.decay,
+                               "max_wait": fallback.max_wait, **({"auto": measured} if measured
+                                                                else {})}
     if not parallel.is_main_process():  # every process holds the gathered results; process 0
         return summary  # records them
     _record(cfg, run_dir, rows, summary, spec, console)
@@ -144,15 +148,24 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     return summary
 
 
-def _fallback(cfg: DictConfig):
-    """The loop's fallback rule (``specjax.decode.fallback``), or None to always speculate."""
+def _fallback(cfg: DictConfig, target, draft, drafter, verifier, texts, common):
+    """(the loop's fallback rule or None to always speculate, what ``auto`` measured or None):
+    ``specjax.decode.fallback``; ``break_even=auto`` times it here (``tuning.break_even``)."""
     fb = cfg.get("fallback")
     if fb is None or fb.get("break_even") is None:
-        return None
+        return None, None
     from specjax.decode.fallback import Fallback
 
-    return Fallback(break_even=float(fb.break_even), decay=float(fb.get("decay", 0.5)),
-                    max_wait=int(fb.get("max_wait", 16)))
+    measured = None
+    break_even = fb.break_even
+    if break_even == "auto":
+        from specjax.tuning.break_even import measure_break_even
+
+        break_even, measured = measure_break_even(
+            target, draft, drafter, texts, verifier=verifier, sampling=common["sampling"],
+            seed=cfg.seed, mesh=common["mesh"])
+    return Fallback(break_even=float(break_even), decay=float(fb.get("decay", 0.5)),
+                    max_wait=int(fb.get("max_wait", 16))), measured
 
 
 def _lookahead(cfg: DictConfig, target, draft, drafter, verifier, sampling, texts):

@@ -74,12 +74,13 @@ def _number(cfg: DictConfig, path: str):
 
 
 def _fallback(cfg: DictConfig) -> None:
-    """``fallback.break_even``: null (always speculate) or tokens per speculative step >= 1."""
+    """``fallback.break_even``: null (always speculate), auto, or tokens per step >= 1."""
     if cfg.fallback.get("break_even") is None:
         return
-    if _number(cfg, "fallback.break_even") < 1:
-        raise ConfigError("fallback.break_even", "must be >= 1 (tokens a speculative step emits "
-                          f"at break-even) or null, got {cfg.fallback.break_even!r}")
+    if cfg.fallback.break_even != "auto" and _number(cfg, "fallback.break_even") < 1:
+        raise ConfigError("fallback.break_even", "must be >= 1 (tokens a speculative step "
+                          "emits at break-even), auto (measured) or null, got "
+                          f"{cfg.fallback.break_even!r}")
     _int(cfg, "fallback.max_wait", 1)
     if not 0 <= _number(cfg, "fallback.decay") < 1:
         raise ConfigError("fallback.decay", f"must be in [0, 1), got {cfg.fallback.decay!r}")

@@ -27,6 +27,7 @@ METRICS = (
     ("mean_accepted", "mean accepted length", "{:.3f}"),
     ("acceptance_rate", "acceptance rate", "{:.3f}"),
     ("per_position_acceptance", "per-position acceptance", None),
+    ("ar_steps", "autoregressive steps (fallback)", "{:d}"),
     ("tokens_per_s", "tokens / s", "{:.1f}"),
     ("wall_time_s", "wall time (s, compile excluded)", "{:.3f}"),
     ("compile_time_s", "compile time (s)", "{:.2f}"),

@@ -120,6 +120,11 @@ INVALID = [
     (["+model.draft_weights=int8"], "model.draft_weights"),  # toy draft: exact float table
     (["drafter.draft_vocab=0"], "drafter.draft_vocab"),
     (["drafter=ngram", "drafter.L=auto"], "drafter.L"),  # L=auto needs a draft model's cost
+    (["fallback.break_even=0.5"], "fallback.break_even"),
+    (["fallback.break_even=often"], "fallback.break_even"),
+    (["fallback.break_even=2", "fallback.max_wait=0"], "fallback.max_wait"),
+    (["fallback.break_even=2", "fallback.decay=1"], "fallback.decay"),
+    (["fallback.break_even=2", "drafter=medusa"], "fallback.break_even"),  # reads features
 ]
 
 
@@ -132,6 +137,20 @@ def test_auto_lookahead_and_cut_vocab_run_end_to_end_and_greedy_equals_ar(make_c
     auto = summary["drafter"]["auto_lookahead"]
     assert summary["drafter"]["L"] == auto["L"] >= 1 and 0 <= auto["alpha"] <= 1
     assert summary["regime"] == "latency, batch 1"  # the config's default batch_size
+    for row in _lines(tmp_path)[:-1]:
+        assert row["output"] == row["autoregressive"]["output"]
+
+
+def test_fallback_auto_measures_break_even_and_greedy_equals_ar(make_cfg, tmp_path):
+    """fallback.break_even=auto times a speculative and an autoregressive probe, runs the loop
+    with the ratio and records it; the AR steps it takes keep greedy output equal to AR."""
+    cfg = make_cfg("experiment=toy_smoke", "sampling=greedy", "dataset.n=2", "max_new_tokens=8",
+                   "fallback.break_even=auto", "breakdown=false", "logger=none")
+    summary = run_experiment(cfg, tmp_path)
+    fb = summary["fallback"]
+    assert fb["break_even"] == fb["auto"]["break_even"] >= 1.0
+    assert fb["auto"]["speculative_step_ms"] > 0 and fb["auto"]["ar_step_ms"] > 0
+    assert summary["speculative"]["ar_steps"] >= 0
     for row in _lines(tmp_path)[:-1]:
         assert row["output"] == row["autoregressive"]["output"]
 
