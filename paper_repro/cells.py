@@ -106,6 +106,10 @@ class Method:
     draft_vocab: int | None = None
     threshold: float | None = None  # adaptive draft length (AdaptiveDrafter); None = fixed L
     drafter: str | None = None  # a drafting policy by name (``specjax.drafters.DRAFTERS``)
+    # Autoregressive steps while speculating does not pay (``specjax.decode.fallback``): a
+    # break-even in tokens per speculative step, or "auto" (measured once per cell, stored in
+    # it, and reused by its timing repeats so that they decode the same tokens); None = off.
+    break_even: float | str | None = None
     label: str | None = None
 
     @property
@@ -171,7 +175,7 @@ def cell_key(table: str, dataset: str, method: Method, setting: Setting) -> str:
     """What a cell's measurement depends on. Not the setting's dataset list: a cell is one
     dataset, so a run of ``--datasets humaneval`` and a run of all three share its cells."""
     variant = {k: v for k, v in asdict(method).items()
-               if k in ("L", "draft_weights", "draft_vocab", "threshold", "drafter")
+               if k in ("L", "draft_weights", "draft_vocab", "threshold", "drafter", "break_even")
                and v is not None}
     return normal_key(json.dumps({"table": table, "dataset": dataset, "method": method.name,
                                   "K": method.K, "setting": asdict(setting), **variant}))
@@ -265,9 +269,11 @@ class Models:
 
 
 def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, *,
-             breakdown: bool = False, keep_compiled: int | None = None) -> dict:
+             breakdown: bool = False, keep_compiled: int | None = None,
+             break_even: float | None = None) -> dict:
     """Decode ``texts`` with one method once; per-prompt counters and timings as plain JSON.
-    ``keep_compiled``: compiled loops kept between calls (``generate``'s default when None)."""
+    ``keep_compiled``: compiled loops kept between calls (``generate``'s default when None).
+    ``break_even``: the value a ``break_even="auto"`` method measured before (its repeats)."""
     import specjax
     from algorithms.verifiers import get_verifier
     from specjax.eval.root_bound import RootBoundProbe
@@ -284,6 +290,19 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
         if method.K == 1 or setting.toy:
             verifier = RootBoundProbe(verifier=verifier)
         kw = dict(draft=draft, drafter=drafter_for(setting, method), verifier=verifier)
+    measured = {}
+    if method.break_even is not None:
+        from specjax.decode.fallback import Fallback
+
+        if break_even is None and method.break_even == "auto":
+            from specjax.tuning.break_even import measure_break_even
+
+            break_even, measured["break_even_probe"] = measure_break_even(
+                target, draft, kw["drafter"], texts, verifier=kw["verifier"],
+                sampling=specjax.Sampling(temperature=setting.temperature), seed=setting.seed)
+        break_even = float(method.break_even if break_even is None else break_even)
+        kw["fallback"] = Fallback(break_even=break_even)
+        measured["break_even"] = break_even
     start = time.perf_counter()
     res = specjax.generate(
         target, texts, sampling=specjax.Sampling(temperature=setting.temperature),
@@ -301,12 +320,13 @@ def run_cell(setting: Setting, method: Method, texts: list[str], target, draft, 
                     else 0,
                     root_bound=r.get("root_bound", 0.0),
                     min_calls=min_calls(r["new_tokens"], L), seconds=s,
+                    ar_steps=r.get("ar_steps", 0),
                     seconds_by_repeat=[s], stop=r["stop"])
                for r, s in zip(res.per_prompt, seconds, strict=True)]
     out = dict(prompts=prompts, wall_time_s=res.summary["wall_time_s"],
                compile_time_s=res.summary["compile_time_s"], elapsed_s=elapsed,
                block_efficiency=res.summary["block_efficiency"],
-               tokens_per_s=res.summary["tokens_per_s"], tokens=res.tokens)
+               tokens_per_s=res.summary["tokens_per_s"], tokens=res.tokens, **measured)
     if "time_breakdown" in res.summary:
         out["time_breakdown"] = res.summary["time_breakdown"]
     return out
@@ -399,7 +419,8 @@ def run_cells(table: str, preset: str, setting: Setting, methods: list[Method], 
                 breakdown = setting.breakdown and method.name not in broken_down and not (
                     row and "time_breakdown" in row)
                 result = run_cell(setting, method, texts, *models.pair(method),
-                                  breakdown=breakdown, keep_compiled=keep_compiled)
+                                  breakdown=breakdown, keep_compiled=keep_compiled,
+                                  break_even=row.get("break_even") if row else None)
                 broken_down |= {method.name} if breakdown else set()
                 if row is None:
                     row = dict(key=key, table=table, preset=preset, dataset=dataset,

@@ -8,7 +8,9 @@ command's setup); the adaptive draft length (``specjax.drafters.adaptive``: draf
 stop once the draft's probability of its last token is below the threshold) at two thresholds;
 multi-draft SpecInfer with K = 3 drafts of fixed L = 6, and the dynamic tree
 (``specjax.drafters.dynamic_tree``: K = 3 paths of up to L = 8, each grown while the product of
-the draft's probabilities along it stays above 0.1), both verified by SpecInfer's RRS.
+the draft's probabilities along it stays above 0.1), both verified by SpecInfer's RRS;
+L = 6 with the loop's fallback to autoregressive steps (``specjax.decode.fallback``, its
+break-even measured per cell by ``specjax.tuning.break_even``).
 Every row is exact: the verifier sees the q the draft sampled from, and the stop rule reads only
 the draft's own laws. Same latency method as Table 1 (``paper_repro.table1``): each prompt alone,
 interleaved timing repeats, SR intervals over prompts and repeats.
@@ -24,6 +26,10 @@ PRESETS: dict[str, Setting] = {
                     temperature=1.0, batch_size=1, fast_compile=True, repeats=2),
     "cpu": Setting(models="qwen-coder", datasets=("humaneval", "mt_bench"), n=3,
                    max_new_tokens=64, K=1, L=4, temperature=1.0, batch_size=1, repeats=3),
+    # The main command's setup on 8 prompts, for the fallback rows (issue: SD >= 0.97x AR on
+    # MT-Bench): --preset cpu8 --methods ar,sd_L6,sd_L6_fallback
+    "cpu8": Setting(models="qwen-coder", datasets=("mt_bench", "humaneval"), n=8,
+                    max_new_tokens=64, K=1, L=6, temperature=1.0, batch_size=1, repeats=3),
 }
 
 
@@ -38,6 +44,7 @@ def methods(setting: Setting) -> list[Method]:
         Method("specinfer", K=3, L=6, draft_weights=int8, label="specinfer_K3_L6"),
         Method("specinfer", K=3, L=8, draft_weights=int8, threshold=0.1, drafter="dynamic_tree",
                label="tree_K3_L8_t0.1"),
+        Method("token", L=6, draft_weights=int8, break_even="auto", label="sd_L6_fallback"),
     ]
 
 
