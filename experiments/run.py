@@ -164,7 +164,7 @@ def _fallback(cfg: DictConfig, target, draft, drafter, verifier, texts, common):
         break_even, measured = measure_break_even(
             target, draft, drafter, texts, verifier=verifier, sampling=common["sampling"],
             seed=cfg.seed, mesh=common["mesh"])
-    return Fallback(break_even=float(break_even), decay=float(fb.get("decay", 0.5)),
+    return Fallback(break_even=float(break_even), decay=float(fb.get("decay", 0.8)),
                     max_wait=int(fb.get("max_wait", 16))), measured
 
 

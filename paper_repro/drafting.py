@@ -6,7 +6,9 @@
 The target stays float32; only the draft changes, and every row is exact because the verifier
 sees the q the draft sampled from. Rows: AR, then token-wise SD with the float32 0.5B draft at
 L = 4 (the main command's old setup), the int8 draft at L = 4 and 6, and each with the draft's
-vocabulary cut to the first 32,768 ids + EOS (``ModelDrafter(draft_vocab=...)``). Same latency
+vocabulary cut to the first 32,768 ids + EOS (``ModelDrafter(draft_vocab=...)``), and the int8
+draft at L = 6 with the loop's fallback to autoregressive steps (``specjax.decode.fallback``,
+``break_even=auto``). Same latency
 method as Table 1: batch 1, interleaved timing repeats, SR intervals over prompts and repeats
 (``paper_repro.table1``). This table is how the main command's setup was chosen.
 """
@@ -36,6 +38,7 @@ def methods(setting: Setting) -> list[Method]:
         Method("token", L=6, draft_weights=int8, label=f"sd_L6_{tag}"),
         Method("token", L=4, draft_weights=int8, draft_vocab=cut, label=f"sd_L4_{tag}_cut"),
         Method("token", L=6, draft_weights=int8, draft_vocab=cut, label=f"sd_L6_{tag}_cut"),
+        Method("token", L=6, draft_weights=int8, break_even="auto", label=f"sd_L6_{tag}_fallback"),
     ]
 
 

@@ -37,12 +37,20 @@ def test_rule_backs_off_doubling_and_resets_when_a_step_pays():
             st = Fallback.after_autoregressive(st)
     assert waits == [1, 2, 4, 4]  # doubled up to max_wait
     assert int(st.ar_steps) == 11
-    assert float(st.mean) == pytest.approx(1.0 + 2.0 / 16)  # 3 -> 2 -> 1.5 -> 1.25 -> 1.125
-    st = rule.after_speculative(st, jnp.int32(7))  # mean 4.06 >= 3: speculate again, reset
+    # starts one above the break-even: 4 -> 2.5 -> 1.75 -> 1.375 -> 1.1875
+    assert float(st.mean) == pytest.approx(1.0 + 3.0 / 16)
+    st = rule.after_speculative(st, jnp.int32(7))  # mean 4.09 >= 3: speculate again, reset
     assert (int(st.wait), int(st.backoff)) == (0, 1)
-    st = rule.after_speculative(st, jnp.int32(2))  # 3.03: still pays
+    st = rule.after_speculative(st, jnp.int32(2))  # 3.05: still pays
     assert int(st.wait) == 0
     st = rule.after_speculative(st, jnp.int32(1))  # 2.02: one AR step first
+    assert (int(st.wait), int(st.backoff)) == (1, 2)
+    slow = Fallback(break_even=1.9)  # default decay 0.8: four one-token steps, then AR
+    st = slow.init()
+    for _ in range(3):  # 2.9 -> 2.52 -> 2.22 -> 1.97
+        st = slow.after_speculative(st, jnp.int32(1))
+        assert int(st.wait) == 0
+    st = slow.after_speculative(st, jnp.int32(1))  # 1.78
     assert (int(st.wait), int(st.backoff)) == (1, 2)
 
 
