@@ -112,7 +112,8 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
     """Each output is one thread's fixed-order sum, so a row alone equals the same row in a
     tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it). 20 rows:
     past the kernel's many-rows threshold (16), where it switches to half-block float32 tiles
-    and converts int8 blocks once."""
+    and converts int8 blocks once. 1-7 rows: tiles over 4 or 2 whole blocks side by side
+    (``FewRows``), the zero-padded last of the 10 blocks in a tile of its own."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal((20, 200)).astype(np.float32))
     w = (rng.standard_normal((200, 300)) * 0.1).astype(np.float32)
@@ -120,6 +121,8 @@ def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
     together = np.asarray(linear(x, w))
     for i in range(20):
         np.testing.assert_array_equal(np.asarray(linear(x[i:i + 1], w))[0], together[i])
+    for n in (2, 3, 4, 5, 7, 13):
+        np.testing.assert_array_equal(np.asarray(linear(x[3:3 + n], w)), together[3:3 + n])
 
 
 @pytest.mark.parametrize("kind", ["int8", "float32"])
