@@ -28,6 +28,13 @@ every engine alike (specjax reports wall time without compilation; HF runs a sho
   second ``Llama`` greedily; the Python API has no draft-model speculation of its own).
   Tokens per target call count the target's ``eval`` calls, prefill included.
 
+Each engine (and each specjax weight format, each llama.cpp file kind) runs in a fresh Python
+process started for it (``isolated``): none inherits another's thread pools, OpenMP runtime or
+freed memory (torch's and llama.cpp's OpenMP threads outlive their calls in a process), and each
+starts from the same empty process. The header prints the load average and the share of idle CPU
+time over a few seconds at the start and at the end: on some VMs the 1-minute load sits near 1-2
+on an idle machine (kernel threads), so the idle share is the test that the machine was quiet.
+
 A missing peer is skipped with a line that says why. "= own AR" says whether the engine's
 speculative output equals its own autoregressive output token for token (it must, greedy);
 "= specjax fp32 AR" counts the prompts whose output token ids equal specjax float32 AR's.
@@ -38,10 +45,13 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import importlib.util
 import math
+import multiprocessing
 import os
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -49,26 +59,58 @@ import numpy as np
 
 from benchmarks import command_line, write_report
 from specjax.models.quant import WEIGHT_FORMATS
-from specjax.platform import hardware
+from specjax.platform import hardware, provenance
 
 TARGET, DRAFT = "qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"
 
 
-def prompt_ids(n: int) -> tuple[list[list[int]], object]:
+def prompt_ids(n: int) -> tuple[list[list[int]], tuple[int, ...]]:
+    """The first ``n`` prompts' token ids in the target's chat template, and its EOS ids."""
     import specjax
     from specjax.prompts import PromptSuite
 
     target = specjax.load_model(TARGET)
     suite = PromptSuite(suite="humaneval", n=n, chat=True)
-    return [target.encode(t) for t in suite.texts(target)], target
+    return ([target.encode(t) for t in suite.texts(target)],
+            tuple(int(e) for e in (target.eos_ids or ())))
 
 
-def run_specjax(ids, target, max_new: int, weights: str = "float32") -> list[dict]:
+def isolated(fn, *args):
+    """``fn(*args)`` in a fresh Python process (``spawn``), its result or its exception returned
+    here; environment variables set before the call reach it."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def cpu_idle_share(seconds: float = 5.0) -> float:
+    """The share of all cores' time spent idle over ``seconds`` (``/proc/stat``; NaN where there
+    is none): a direct test that nothing else ran, unlike the load average, which counts
+    runnable kernel threads too."""
+    def times():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return fields[3] + fields[4], sum(fields)  # idle + iowait, all
+
+    try:
+        idle0, all0 = times()
+        time.sleep(seconds)
+        idle1, all1 = times()
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return (idle1 - idle0) / max(all1 - all0, 1)
+
+
+def quiet() -> str:
+    """The machine's load now, as the header prints it."""
+    return (f"load average (1 min) {os.getloadavg()[0]:.2f}, "
+            f"{100 * cpu_idle_share():.0f} % of CPU time idle over 5 s")
+
+
+def run_specjax(ids, max_new: int, weights: str = "float32") -> list[dict]:
     import specjax
     from specjax.drafters import ModelDrafter, NgramDrafter
 
-    if weights != "float32":
-        target = specjax.load_model(TARGET, weights=weights)
+    target = specjax.load_model(TARGET, weights=weights)
     draft = specjax.load_model(DRAFT, weights=weights)
     greedy = specjax.Sampling(temperature=0.0)
     rows = []
@@ -247,6 +289,7 @@ def llamacpp_draft_adapter(draft, n: int):
 
 
 def run_llamacpp(ids, max_new: int, kinds, eos_ids) -> tuple[list[dict], list[str]]:
+    import llama_cpp
     from llama_cpp import GGML_TYPE_F32, Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -254,7 +297,9 @@ def run_llamacpp(ids, max_new: int, kinds, eos_ids) -> tuple[list[dict], list[st
     # room for the longest prompt, its new tokens and a draft past them
     n_ctx = 64 * math.ceil((max(map(len, ids)) + max_new + LLAMACPP_L + 8) / 64)
     eos = set(eos_ids)
-    rows, notes = [], []
+    rows = []
+    notes = [f"- llama.cpp build: {llama_cpp.llama_print_system_info().decode()}; "
+             f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"]
     for kind in kinds:
         target_path, draft_path = llamacpp_file(TARGET, kind), llamacpp_file(DRAFT, kind)
         # the F32 rows keep the KV cache in float32 too, as specjax fp32 does; the others use
@@ -314,6 +359,12 @@ def tps(row: dict) -> float:
     return row["new_tokens"] / row["seconds"]
 
 
+#: AR rows compared head to head in the table's footer: weights of the same width (specjax int8
+#: and Q8_0 both store 8-bit weights with a float scale per group; F32 and fp32 the same floats).
+SAME_PRECISION = (("specjax (JAX, fp32)", "llama.cpp (F32)"),
+                  ("specjax (JAX, int8)", "llama.cpp (Q8_0)"))
+
+
 def table(rows: list[dict], skipped: list[str], head: str, notes: list[str] = ()) -> str:
     out = [head, "", "| engine | method | tokens/s | speedup vs own AR | speedup vs HF fp32 AR | "
            "tokens / target call | = own AR | = specjax fp32 AR |",
@@ -344,6 +395,11 @@ def table(rows: list[dict], skipped: list[str], head: str, notes: list[str] = ()
             out.append(f"{ar['engine']} and {other['engine']} greedy AR outputs identical on "
                        f"{agree}/{len(other['tokens'])} prompts; first difference at tokens "
                        f"{first} (rounding can flip a near-tie)  ")
+    ar_rows = {r["engine"]: r for r in ars}
+    for ours, theirs in SAME_PRECISION:
+        if ours in ar_rows and theirs in ar_rows:
+            out.append(f"{ours} AR / {theirs} AR tokens/s: "
+                       f"{tps(ar_rows[ours]) / tps(ar_rows[theirs]):.2f}x  ")
     out += ["", *notes, *[f"- skipped: {s}" for s in skipped]]
     return "\n".join(out) + "\n"
 
@@ -374,55 +430,49 @@ def main():
                              "F32 / Q8_0 files its quantizer writes from them")
     parser.add_argument("--out", default="paper_repro/results/peers_cpu.md")
     args = parser.parse_args()
-    load_start = os.getloadavg()[0]
-    ids, target = prompt_ids(args.n)
-    eos_ids = tuple(int(e) for e in (target.eos_ids or ()))
+    commit, at_start = provenance.commit(), quiet()
+    print(f"commit {commit}; {at_start}", flush=True)
+    ids, eos_ids = isolated(prompt_ids, args.n)
     rows, skipped, notes = [], [], []
     if "specjax" in args.engines:
         for weights in args.weights:
-            rows += run_specjax(ids, target, args.max_new_tokens, weights)
-            gc.collect()
-    del target
-    gc.collect()
+            rows += isolated(run_specjax, ids, args.max_new_tokens, weights)
     if "hf" in args.engines:
-        try:
-            import torch  # noqa: F401
-            import transformers  # noqa: F401
-        except ImportError as e:
-            skipped.append(f"HF transformers: not installed ({e}); pip install -e '.[peers]'")
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            skipped.append(f"HF transformers: {', '.join(missing)} not installed; "
+                           "pip install -e '.[peers]'")
         else:
-            rows += run_hf(ids, args.max_new_tokens)
+            rows += isolated(run_hf, ids, args.max_new_tokens)
     if "llamacpp" in args.engines:
-        # llama.cpp's OpenMP threads spin while they wait by default; on a machine whose cores
-        # other processes share, that made its decode ~10x slower here (19.9 s vs 1.0 s for 16
-        # tokens of the 1.5B, load ~5 on 2 cores). Passive waiting, read when libgomp loads.
-        omp_wait = os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        try:
-            import llama_cpp
-        except ImportError as e:
-            skipped.append(f"llama.cpp: llama-cpp-python is not installed ({e}); "
+        if importlib.util.find_spec("llama_cpp") is None:
+            skipped.append("llama.cpp: llama-cpp-python is not installed; "
                            "pip install -e '.[peers]' (compiles llama.cpp from source)")
         else:
-            notes.append(f"- llama.cpp build: {llama_cpp.llama_print_system_info().decode()}; "
-                         f"OMP_WAIT_POLICY={omp_wait}. specjax fp32 and HF fp32 run the "
-                         "as-shipped files dequantized to float32 (the F32 files hold the same "
-                         "values: equal bit for bit on the 1.5B's Q4_K and Q6_K tensors checked); "
-                         "specjax int8 re-quantizes those (group 64), Q8_0 does (blocks of 32)")
+            # llama.cpp's OpenMP threads spin while they wait by default; on a machine whose
+            # cores other processes share, that made its decode ~10x slower here (19.9 s vs
+            # 1.0 s for 16 tokens of the 1.5B, load ~5 on 2 cores). Passive waiting, read when
+            # libgomp loads in the llama.cpp process.
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+            notes.append("- specjax fp32 and HF fp32 run the as-shipped files dequantized to "
+                         "float32 (the F32 files hold the same values: equal bit for bit on the "
+                         "1.5B's Q4_K and Q6_K tensors checked); specjax int8 re-quantizes "
+                         "those (group 64), Q8_0 does (blocks of 32)")
             for kind in args.llamacpp_files:
                 try:
-                    more, more_notes = run_llamacpp(ids, args.max_new_tokens, [kind], eos_ids)
+                    more, more_notes = isolated(run_llamacpp, ids, args.max_new_tokens, [kind],
+                                                eos_ids)
                 except Exception as e:  # one kind failing keeps the rows of the others
                     skipped.append(f"llama.cpp ({kind}): {type(e).__name__}: {e}")
                 else:
                     rows += more
-                    notes += more_notes
-                gc.collect()
-    head = (f"# specjax vs peers\n\nGenerated by `{command_line('benchmarks.peers')}`. "
-            f"{args.n} HumanEval suite prompts, chat template, greedy, {args.max_new_tokens} new "
-            f"tokens, batch 1; target {TARGET}, draft {DRAFT}; {hardware.describe()}, "
-            f"load average (1 min) {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at "
-            f"the end; {versions()}; prompt lengths "
-            f"{[len(p) for p in ids]}; mean of {np.mean([len(p) for p in ids]):.0f} tokens.")
+                    notes += [n for n in more_notes if n not in notes]
+    head = (f"# specjax vs peers\n\nGenerated by `{command_line('benchmarks.peers')}` at commit "
+            f"{commit}. {args.n} HumanEval suite prompts, chat template, greedy, "
+            f"{args.max_new_tokens} new tokens, batch 1; target {TARGET}, draft {DRAFT}; "
+            f"{hardware.describe()}; at the start {at_start}; at the end {quiet()}; each engine "
+            f"in a fresh process; {versions()}; prompt lengths {[len(p) for p in ids]}; mean of "
+            f"{np.mean([len(p) for p in ids]):.0f} tokens.")
     write_report(table(rows, skipped, head, notes), args.out)
 
 

@@ -53,6 +53,26 @@ def test_table_speedups_and_equality_with_specjax_fp32():
     assert "- skipped: llama.cpp (Q8_0): RuntimeError: x" in text
 
 
+def test_table_states_specjax_ar_over_llamacpp_ar_at_the_same_precision():
+    rows = [row("specjax (JAX, fp32)", "AR", [[1, 2, 3, 4]], 2.0),
+            row("specjax (JAX, int8)", "AR", [[1, 2, 3, 4]], 1.0),
+            row("llama.cpp (F32)", "AR", [[1, 2, 3, 4]], 1.0),
+            row("llama.cpp (Q8_0)", "AR", [[1, 2, 3, 4]], 0.8)]
+    text = peers.table(rows, [], "#")
+    assert "specjax (JAX, fp32) AR / llama.cpp (F32) AR tokens/s: 0.50x" in text
+    assert "specjax (JAX, int8) AR / llama.cpp (Q8_0) AR tokens/s: 0.80x" in text
+    # without the Q8_0 row there is no int8 ratio to state
+    assert "llama.cpp (Q8_0) AR tokens/s" not in peers.table(rows[:3], [], "#")
+
+
+def test_isolated_runs_in_another_process_and_passes_errors_back():
+    import os
+
+    assert peers.isolated(os.getpid) != os.getpid()
+    with pytest.raises(ZeroDivisionError):
+        peers.isolated(divmod, 1, 0)
+
+
 def test_table_without_hf_or_specjax_says_so():
     rows = [row("llama.cpp (as-shipped)", "AR", [[1, 2]], 1.0)]
     assert cells(peers.table(rows, [], "#"), "llama.cpp (as-shipped)", "AR")[4:] == [
