@@ -178,9 +178,10 @@ void Block(const Problem<T>& p, const S* q, int64_t stride, int64_t b) {
 // it, so with one stream per core the memory system idled between loads. On an Intel Xeon
 // (family 6 model 167), one core, a 256 MB matrix, int8 one row read 8.7 GB/s one block at a
 // time and 10.2 / 11.0 / 11.9 GB/s with 2 / 3 / 4 side by side; float32 one row 11.9 -> 14.3
-// with 4, seven rows 11.0 -> 13.2 with 2. How many fit is set by the registers a tile's sums
-// take (rows x blocks x vectors per block): kSums. Each output is the same chain of
-// multiply-adds whatever the tile, so the bits do not change.
+// with 4, seven rows 11.0 -> 13.2 with 2; the whole 0.5B int8 decode's matmuls 30.5 -> 23.3 ms
+// with 4, 22.8 with 8. How many fit is set by the registers a tile's sums take (rows x blocks x
+// vectors per block): kSums. Each output is the same chain of multiply-adds whatever the tile,
+// so the bits do not change.
 #ifdef __AVX512F__
 constexpr int kSumsF = 28, kSumsQ = 16;
 #else
@@ -190,7 +191,7 @@ constexpr int kSumsF = 8, kSumsQ = 16;
 template <class S>
 constexpr int Streams(int64_t rows) {
   const int64_t fit = (std::is_same_v<S, float> ? kSumsF : kSumsQ) / (rows * kVecs);
-  return fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
+  return fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;
 }
 
 // Rows of a few-rows product against NB blocks at once: one tile holds every row.
@@ -204,13 +205,14 @@ void FewRows(const Problem<T>& p, int64_t b) {
 template <class T>
 void Blocks(const Problem<T>& p, int64_t lo, int64_t hi) {
   const bool many = p.rows >= kManyRows;
-  if (!many) {  // whole blocks side by side; a zero-padded last block takes a tile of its own
-    const int nb = Streams<T>(p.rows);
-    for (; nb > 1 && lo + nb <= hi && (lo + nb) * kBlock <= p.outputs; lo += nb) {
-      if (nb == 4) FewRows<4>(p, lo);
-      else FewRows<2>(p, lo);
-    }
-  }
+  if (!many)  // whole blocks side by side, fewer at the end of the range; a zero-padded last
+              // block takes a tile of its own
+    for (int nb = Streams<T>(p.rows); nb > 1; nb /= 2)
+      for (; lo + nb <= hi && (lo + nb) * kBlock <= p.outputs; lo += nb) {
+        if (nb == 8) FewRows<8>(p, lo);
+        else if (nb == 4) FewRows<4>(p, lo);
+        else FewRows<2>(p, lo);
+      }
   for (int64_t b = lo; b < hi; ++b) {
     const T* q = p.q + b * p.kp * kBlock;
     if constexpr (std::is_same_v<T, float>) {

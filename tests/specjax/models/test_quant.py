@@ -107,16 +107,18 @@ def test_packed_float32_equals_the_float64_product(K, n_out, n_rows):
         assert np.all(np.abs(got - ref) <= bound + 1e-30)
 
 
+@pytest.mark.parametrize("n_out", [300, 1000])
 @pytest.mark.parametrize("kind", ["int8", "float32"])
-def test_a_row_does_not_depend_on_the_rows_beside_it(kind):
+def test_a_row_does_not_depend_on_the_rows_beside_it(kind, n_out):
     """Each output is one thread's fixed-order sum, so a row alone equals the same row in a
     tree-sized pass bit for bit (the cached/uncached equivalence tests rely on it). 20 rows:
     past the kernel's many-rows threshold (16), where it switches to half-block float32 tiles
-    and converts int8 blocks once. 1-7 rows: tiles over 4 or 2 whole blocks side by side
-    (``FewRows``), the zero-padded last of the 10 blocks in a tile of its own."""
+    and converts int8 blocks once. 1-7 rows: tiles over 8, 4 or 2 whole blocks side by side
+    (``FewRows``; 8 only where a worker's range holds 8, as in 1000 outputs' 32 blocks), the
+    zero-padded last block in a tile of its own."""
     rng = np.random.default_rng(0)
     x = jnp.asarray(rng.standard_normal((20, 200)).astype(np.float32))
-    w = (rng.standard_normal((200, 300)) * 0.1).astype(np.float32)
+    w = (rng.standard_normal((200, n_out)) * 0.1).astype(np.float32)
     w = quantize(w) if kind == "int8" else pack_float32(w)
     together = np.asarray(linear(x, w))
     for i in range(20):
