@@ -26,7 +26,9 @@ every engine alike (specjax reports wall time without compilation; HF runs a sho
   (``LlamaPromptLookupDecoding``, the package's own draft model); and the 0.5B draft through
   ``SpecjaxGreedyDraft``, our adapter for the package's ``LlamaDraftModel`` interface (it runs a
   second ``Llama`` greedily; the Python API has no draft-model speculation of its own).
-  Tokens per target call count the target's ``eval`` calls, prefill included.
+  Tokens per target call count the target's ``eval`` calls, prefill included. On a VM that
+  reports AMX the package's default ``-march=native`` build crashed in llama.cpp's AMX kernels
+  on quantized files (docs/benchmarks.md has the build used instead).
 
 Each engine (and each specjax weight format, each llama.cpp file kind) runs in a fresh Python
 process started for it (``isolated``): none inherits another's thread pools, OpenMP runtime or
