@@ -42,3 +42,65 @@ if os.environ.get("SPECJAX_TEST_COMPILE_CACHE", "1") != "0":
 
     jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+# Where the suite's time goes. It is compile-bound, so each test's report carries the seconds
+# JAX spent tracing, lowering and compiling (or loading from the cache above) during it, and the
+# session ends with one line of totals; SPECJAX_TEST_COMPILE_REPORT=N also lists the N test
+# files that compile longest. The listeners run in every xdist worker; the numbers travel to the
+# controller in the reports' user_properties.
+import collections  # noqa: E402
+
+import pytest  # noqa: E402
+from jax import monitoring  # noqa: E402
+
+_JAX_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+               "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+               "/jax/core/compile/backend_compile_duration": "compile",
+               "/jax/compilation_cache/compile_time_saved_sec": "saved"}
+_jax_time = collections.Counter()
+
+
+def _on_jax_duration(event, duration, **_):
+    if event in _JAX_EVENTS:
+        _jax_time[_JAX_EVENTS[event]] += duration
+        _jax_time[_JAX_EVENTS[event] + "_n"] += 1
+
+
+monitoring.register_event_duration_secs_listener(_on_jax_duration)
+
+
+_reported = collections.Counter()  # this process's totals at its last report
+_session_compile = collections.defaultdict(collections.Counter)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    # The phase has run when its report is made: it gets what accumulated since the last one.
+    delta = {k: v - _reported[k] for k, v in _jax_time.items() if v != _reported[k]}
+    _reported.update(delta)
+    if delta:
+        outcome.get_result().user_properties.append(("jax_compile", delta))
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "jax_compile":
+            _session_compile[report.nodeid.split("::")[0]].update(value)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _session_compile:
+        return
+    total = sum(_session_compile.values(), collections.Counter())
+    terminalreporter.write_line(
+        f"JAX: {total['compile_n']:.0f} programs compiled or loaded in {total['compile']:.0f} s "
+        f"({total['saved_n']:.0f} from the cache, saving {total['saved']:.0f} s), tracing "
+        f"{total['trace']:.0f} s, lowering {total['lower']:.0f} s (summed over workers)")
+    top = int(os.environ.get("SPECJAX_TEST_COMPILE_REPORT", "0") or 0)
+    for path, c in sorted(_session_compile.items(), key=lambda kv: -kv[1]["compile"])[:top]:
+        terminalreporter.write_line(
+            f"  {c['compile']:7.1f} s compile, {c['compile_n']:5.0f} programs "
+            f"({c['saved_n']:.0f} cached), trace {c['trace']:5.1f} s, lower {c['lower']:5.1f} s"
+            f"  {path}")
