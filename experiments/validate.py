@@ -159,17 +159,21 @@ def check_prompt_file(cfg: DictConfig) -> None:
     """``dataset=file``: read the whole file now, so a bad line is refused (with its number)
     before any model loads; its fields anywhere else are refused too."""
     fields = {"path": None, "field": "prompt", "category": None}
-    if cfg.dataset.suite != "file":
+    if cfg.dataset.suite not in ("file", "spec_bench"):
         for name, default in fields.items():
             if cfg.dataset.get(name, default) != default:
                 raise ConfigError(f"dataset.{name}", "applies to dataset=file only, not "
                                   f"dataset.suite={cfg.dataset.suite!r}")
         return
     from specjax.prompts.files import read_prompt_file
+    from specjax.prompts.suites import load_prompts
 
     try:
-        read_prompt_file(cfg.dataset.get("path"), cfg.dataset.get("field", "prompt"),
-                         cfg.dataset.get("category"))
+        if cfg.dataset.suite == "spec_bench":
+            load_prompts("spec_bench", category=cfg.dataset.get("category"))
+        else:
+            read_prompt_file(cfg.dataset.get("path"), cfg.dataset.get("field", "prompt"),
+                             cfg.dataset.get("category"))
     except ValueError as e:
         field, _, message = str(e).partition(": ")
         raise ConfigError(field, message) from None

@@ -23,7 +23,12 @@ import numpy as np
 from specjax.prompts.prompt import Prompt
 
 EAGLE_SUITES = ("humaneval", "gsm8k", "alpaca", "mt_bench")
-SUITES = (*EAGLE_SUITES, "humaneval_full", "toy", "file")
+SUITES = (*EAGLE_SUITES, "humaneval_full", "spec_bench", "toy", "file")
+#: Spec-Bench's six tasks (``spec_bench/question.jsonl``, vendored): its first 80 lines are the
+#: MT-Bench questions under their eight own categories, which Spec-Bench reports as one task.
+SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
+_MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction",
+                        "stem", "humanities")
 
 # EAGLE's HumanEval subset prefixes each problem with this instruction (no separator: HumanEval
 # prompts start with their own newlines). humaneval_full reuses it so the two suites agree.
@@ -67,6 +72,28 @@ def _humaneval_full() -> list[Prompt]:
     ]
 
 
+def _spec_bench(tasks: str | list[str] | tuple[str, ...] | None) -> list[Prompt]:
+    """Spec-Bench's prompts, each under its task's name (``SPEC_BENCH_TASKS``), in file order;
+    ``tasks`` (a comma list or a sequence; None = all six) keeps those tasks."""
+    from specjax.prompts.files import read_prompt_file
+
+    path = importlib.resources.files("specjax.prompts") / "spec_bench" / "question.jsonl"
+    with importlib.resources.as_file(path) as file:
+        rows = read_prompt_file(file)
+    prompts = [Prompt(id=f"spec_bench/{p.id}", text=p.text, reference=None,
+                      category="mt_bench" if p.category in _MT_BENCH_CATEGORIES else p.category)
+               for p in rows]
+    if tasks is None:
+        return prompts
+    wanted = ([t.strip() for t in tasks.split(",") if t.strip()] if isinstance(tasks, str)
+              else [str(t) for t in tasks])
+    unknown = [t for t in wanted if t not in SPEC_BENCH_TASKS]
+    if unknown or not wanted:
+        raise ValueError(f"dataset.category: Spec-Bench has no task {unknown or wanted}; "
+                         f"allowed: {', '.join(SPEC_BENCH_TASKS)}")
+    return [p for p in prompts if p.category in wanted]
+
+
 def _toy_suite() -> list[Prompt]:
     """Space-separated token ids of lengths 2..9: prompts of different lengths in one batch."""
     rng = np.random.default_rng(1234)
@@ -86,7 +113,8 @@ def load_prompts(suite: str, n: int | None = None, seed: int | None = None,
     the same prompts in the same order, so runs with different verifiers see identical inputs.
     ``suite="file"`` reads ``path`` (``specjax.prompts.files``: Spec-Bench ``question.jsonl``
     lines, or objects with a ``field``), keeping the Spec-Bench ``category`` given (a comma
-    list; None = all).
+    list; None = all); ``suite="spec_bench"`` keeps the Spec-Bench tasks named by ``category``
+    (``SPEC_BENCH_TASKS``).
     """
     if suite not in SUITES:
         raise ValueError(f"dataset.suite: unknown suite {suite!r}; allowed: {', '.join(SUITES)}")
@@ -96,6 +124,8 @@ def load_prompts(suite: str, n: int | None = None, seed: int | None = None,
         prompts = _eagle_suite(suite)
     elif suite == "humaneval_full":
         prompts = _humaneval_full()
+    elif suite == "spec_bench":
+        prompts = _spec_bench(category)
     elif suite == "file":
         from specjax.prompts.files import read_prompt_file
 
@@ -128,7 +158,8 @@ class PromptSuite:
     chat: bool = True
     path: str | None = None  # suite=file: the JSON-lines file
     field: str = "prompt"  # suite=file: the text field of non-Spec-Bench lines
-    category: str | None = None  # suite=file: Spec-Bench categories to keep (comma list)
+    # suite=file: Spec-Bench categories to keep; suite=spec_bench: its tasks (comma list)
+    category: str | None = None
 
     def __post_init__(self):
         if self.suite not in SUITES:
@@ -137,9 +168,12 @@ class PromptSuite:
             )
         if self.suite != "file":
             for name, default in (("path", None), ("field", "prompt"), ("category", None)):
+                if name == "category" and self.suite == "spec_bench":
+                    continue
                 if getattr(self, name) != default:
-                    raise ValueError(f"dataset.{name}: applies to dataset=file only, not "
-                                     f"suite {self.suite!r}")
+                    raise ValueError(f"dataset.{name}: applies to dataset=file"
+                                     f"{' or spec_bench' if name == 'category' else ''} only, "
+                                     f"not suite {self.suite!r}")
         if self.n is not None and (isinstance(self.n, bool) or not isinstance(self.n, int)
                                    or self.n < 1):
             raise ValueError(f"dataset.n must be an integer >= 1 or null (all), got {self.n!r}")
@@ -153,4 +187,4 @@ class PromptSuite:
         return [format_prompt(p, model, self.chat) for p in (prompts or self.load())]
 
 
-__all__ = ["Prompt", "PromptSuite", "SUITES", "format_prompt", "load_prompts"]
+__all__ = ["Prompt", "PromptSuite", "SPEC_BENCH_TASKS", "SUITES", "format_prompt", "load_prompts"]

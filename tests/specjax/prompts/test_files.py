@@ -72,5 +72,5 @@ def test_missing_and_misplaced_fields(tmp_path):
     with pytest.raises(ValueError, match="dataset.path: no such file"):
         load_prompts("file", path=str(tmp_path / "nope.jsonl"))
     for name, value in (("path", "q.jsonl"), ("field", "text"), ("category", "qa")):
-        with pytest.raises(ValueError, match=f"dataset.{name}: applies to dataset=file only"):
+        with pytest.raises(ValueError, match=f"dataset.{name}: applies to dataset=file"):
             PromptSuite(suite="humaneval", **{name: value})

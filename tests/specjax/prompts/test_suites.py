@@ -28,6 +28,30 @@ def test_full_humaneval_has_164_problems_phrased_like_the_eagle_subset():
     assert all(p.text in full_texts for p in subset)
 
 
+def test_spec_bench_has_its_six_tasks_of_80_and_checks_its_vendored_bytes():
+    import hashlib
+    import re
+
+    from specjax.prompts import SPEC_BENCH_TASKS
+
+    prompts = load_prompts("spec_bench")
+    assert [sum(p.category == t for p in prompts) for t in SPEC_BENCH_TASKS] == [80] * 6
+    assert len({p.id for p in prompts}) == 480
+    # The README's sha256 is the upstream file's; a changed byte in the vendored copy fails here.
+    folder = importlib.resources.files("specjax.prompts") / "spec_bench"
+    digest = re.search(r"sha256 `([0-9a-f]{64})`", (folder / "README.md").read_text()).group(1)
+    assert hashlib.sha256((folder / "question.jsonl").read_bytes()).hexdigest() == digest
+    # MT-Bench's first question leads, as in EAGLE's mt_bench subset (a separate source).
+    assert prompts[0].text == load_prompts("mt_bench", n=1)[0].text
+    summ = load_prompts("spec_bench", category="summarization")
+    assert len(summ) == 80 and all(p.category == "summarization" for p in summ)
+    assert len(load_prompts("spec_bench", category=["qa", "rag"])) == 160
+    with pytest.raises(ValueError, match="dataset.category: Spec-Bench has no task.*allowed"):
+        load_prompts("spec_bench", category="summarisation")
+    with pytest.raises(ValueError, match="dataset.category: applies to dataset=file"):
+        PromptSuite(suite="gsm8k", category="qa")
+
+
 def test_mt_bench_uses_the_first_turn():
     first = load_prompts("mt_bench", n=1)[0]
     assert first.category == "writing"
