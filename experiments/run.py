@@ -199,7 +199,7 @@ def _rows(prompts, texts: list[str], spec, ar) -> list[dict]:
 def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar, auto,
              n_prompts: int) -> dict[str, Any]:
     """The run's summary line: models, drafter, verifier, both results, speedup, regime."""
-    from specjax.eval.metrics import regime, speedup
+    from specjax.eval.metrics import decode_speedup, regime, speedup
 
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
@@ -213,6 +213,7 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
         "speculative": spec.summary,
         "autoregressive": None if ar is None else ar.summary,
         "speedup": None if ar is None else speedup(spec, ar),
+        "decode_speedup": None if ar is None else decode_speedup(spec, ar),
         "regime": regime(cfg.batch_size, n_prompts),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }

@@ -1,11 +1,16 @@
 """``specjax.generate``: the Python API the CLI mirrors (prompts in, tokens + texts + metrics out).
 
 Host-side work only, in four named steps: ``_resolve`` (names to models and a verifier, prompts
-to ids, every input check), ``_plan_batches`` (one static prompt length, equal batches; a padding
-row is done from the start), ``_compile`` (ONCE per shape, kept in a small cache), and
-``_collect`` (time the compiled calls, then tokens, texts and metrics). Compile time is measured
-around ``lower().compile()`` and reported separately, so wall time and tokens/s are pure
-decoding (prefill included).
+to ids, every input check), ``_plan_batches`` (equal batches, each padded to its own length
+bucket; a padding row is done from the start), ``_compile`` (ONCE per shape, kept in a small
+cache), and ``_collect`` (time the compiled calls, then tokens, texts and metrics). Compile time
+is measured around ``lower().compile()`` and reported separately, so wall time and tokens/s are
+pure generation, prefill included; the prefill's own time is reported beside them.
+
+Each call runs two programs: ``DecodeLoop.start`` (the prefill, compiled per padded prompt
+width) and ``DecodeLoop.resume`` (the decode loop, compiled once per run). Padding every prompt
+to the run's longest made a 569-token prompt cost its 1,500-token neighbour's prefill (AR 20.3 s
+alone, 31.3 s beside it on an Intel Xeon); now a prompt's cost depends on its own length only.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -24,13 +30,25 @@ from specjax.decode.engine import DecodeLoop
 from specjax.eval.metrics import per_prompt_metrics, summarize
 from specjax.models.sampling import Sampling
 
-#: (loop, batch, pad, options) -> compiled executable, reused across calls; the least recently
-#: used are dropped beyond ``generate(keep_compiled=...)``. Each XLA:CPU executable holds
+#: (program, loop, batch, pad, options) -> compiled executable, reused across calls; the least
+#: recently used are dropped beyond ``generate(keep_compiled=...)`` loops (a loop's prefills
+#: count with it). Each XLA:CPU executable holds
 #: thousands of memory mappings, and a sweep that kept every loop (paper_repro.table1, 20 loops
 #: of the Qwen pair) hit the kernel's 65,530-mapping limit ("LLVM ERROR: Unable to allocate
 #: section memory").
 _COMPILED: OrderedDict = OrderedDict()
 KEEP_COMPILED = 4
+
+
+def prompt_bucket(n: int) -> int:
+    """The padded width a prompt of ``n`` tokens is prefilled at: a multiple of 32 up to 256,
+    then four widths per doubling (256, 320, 384, 448, 512, 640, ...). A prefill program is
+    compiled per width, so the widths are few; none pads more than a quarter of the prompt
+    beyond 256 tokens, and a prompt's width never depends on the other prompts of the run."""
+    if n <= 256:
+        return max(32, -(-n // 32) * 32)
+    step = 1 << (max(n - 1, 1).bit_length() - 3)  # a quarter of the power of two below n
+    return -(-n // step) * step
 
 
 @dataclass
@@ -130,12 +148,12 @@ def _raise_nonfinite(counters: dict, n_prompts: int) -> None:
 
 @dataclass(frozen=True)
 class _Batches:
-    """Prompts padded to one static length and split into equal calls."""
+    """Prompts split into equal calls, each padded to its longest prompt's bucket."""
 
-    arrays: list  # per call: (prompt ids [rows, pad], lengths [rows], key data [rows])
+    arrays: list  # per call: (prompt ids [rows, width], lengths [rows], key data [rows])
     size: int  # prompts per call, B
     rows: int  # rows per call: B, rounded up to a multiple of the mesh's data axis
-    pad: int  # the static prompt length
+    pad: int  # the widest call's width: the loop's ``prompt_pad``
 
 
 def _resolve(target, prompts, draft, drafter, verifier, max_new_tokens, chat, shared_prompt):
@@ -158,12 +176,11 @@ def _resolve(target, prompts, draft, drafter, verifier, max_new_tokens, chat, sh
 
 def _plan_batches(ids: list[list[int]], batch_size: int | None, seed: int, mesh,
                   target) -> _Batches:
-    """Pad to one length (a multiple of 8: fewer recompiles across calls) and cut equal calls;
-    prompt i gets the key ``fold_in(key(seed), i)`` whatever call it lands in."""
+    """Cut equal calls, each padded to ``prompt_bucket`` of its longest prompt; prompt i gets
+    the key ``fold_in(key(seed), i)`` whatever call it lands in."""
     B = len(ids) if batch_size is None else int(batch_size)
     if B < 1:
         raise ValueError(f"batch_size must be >= 1 or None, got {batch_size}")
-    pad = -(-max(len(p) for p in ids) // 8) * 8
     rows = B  # per call; a mesh's data axis needs a multiple of its size (padding rows are done)
     if mesh is not None:
         from specjax.decode import parallel
@@ -174,7 +191,7 @@ def _plan_batches(ids: list[list[int]], batch_size: int | None, seed: int, mesh,
     arrays = []
     for b in range(-(-len(ids) // B)):
         chunk = ids[b * B:(b + 1) * B]
-        P = np.zeros((rows, pad), np.int32)
+        P = np.zeros((rows, prompt_bucket(max(len(p) for p in chunk))), np.int32)
         lengths = np.zeros((rows,), np.int32)
         for r, p in enumerate(chunk):
             P[r, : len(p)] = p
@@ -182,36 +199,67 @@ def _plan_batches(ids: list[list[int]], batch_size: int | None, seed: int, mesh,
         keys = jax.random.key_data(jax.vmap(lambda i: jax.random.fold_in(root, i))(
             np.arange(b * B, b * B + rows)))
         arrays.append((P, lengths, keys))
-    return _Batches(arrays=arrays, size=B, rows=rows, pad=pad)
+    return _Batches(arrays=arrays, size=B, rows=rows, pad=max(a[0].shape[1] for a in arrays))
 
 
 def _compile(loop: DecodeLoop, tstate, dstate, batches: _Batches, compiler_options: dict | None,
              keep_compiled: int, progress: bool):
-    """(executable, compile seconds): from this process's cache when the shape was compiled
-    before (0 s), else lowered and compiled once."""
+    """(programs, compile seconds): ``programs(b)`` is call b's (prefill, loop) executables,
+    from this process's cache when the shape was compiled before (0 s), else lowered and
+    compiled once: the loop once, a prefill per padded width."""
+    options = tuple(sorted((compiler_options or {}).items()))
+    loop_key = ("resume", loop, batches.size, options)
     compile_time = 0.0
-    key = (loop, batches.size, batches.pad, tuple(sorted((compiler_options or {}).items())))
-    if key not in _COMPILED:
-        if progress:
-            mode = "autoregressive" if loop.drafter is None else (
-                f"speculative ({type(loop.drafter).__name__} K={loop.K} L={loop.L}, "
-                f"{type(loop.verifier).__name__})")
-            print(f"specjax: compiling the {mode} decode loop for batch {batches.size}, prompt "
-                  f"pad {batches.pad}, {loop.max_new_tokens} new tokens (once per shape) ...",
-                  file=sys.stderr, flush=True)
-        t0 = time.perf_counter()
-        jitted = (jax.jit(loop.run) if loop.mesh is None
-                  else jax.jit(loop.run, out_shardings=_replicated(loop.mesh)))
-        lowered = jitted.lower(tstate, dstate, *batches.arrays[0])
-        _COMPILED[key] = lowered.compile(compiler_options=compiler_options)
-        compile_time = time.perf_counter() - t0
-        if progress:
-            print(f"specjax: compiled in {compile_time:.1f} s", file=sys.stderr, flush=True)
-    run = _COMPILED[key]
-    _COMPILED.move_to_end(key)
-    while len(_COMPILED) > keep_compiled:
-        _COMPILED.popitem(last=False)
-    return run, compile_time
+
+    def jitted(f, **kw):
+        if loop.mesh is not None:
+            kw["out_shardings"] = _replicated(loop.mesh) if f == loop.resume else None
+        return jax.jit(f, **{k: v for k, v in kw.items() if v is not None})
+
+    def compiled(key, what, lower):
+        nonlocal compile_time
+        if key not in _COMPILED:
+            if progress:
+                print(f"specjax: compiling {what} (once per shape) ...", file=sys.stderr,
+                      flush=True)
+            t0 = time.perf_counter()
+            _COMPILED[key] = lower().compile(compiler_options=compiler_options)
+            compile_time += time.perf_counter() - t0
+            if progress:
+                print(f"specjax: compiled in {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+                      flush=True)
+        _COMPILED.move_to_end(key)
+        return _COMPILED[key]
+
+    mode = "autoregressive" if loop.drafter is None else (
+        f"speculative ({type(loop.drafter).__name__} K={loop.K} L={loop.L}, "
+        f"{type(loop.verifier).__name__})")
+    starts = {}
+    for arrays in batches.arrays:
+        width = arrays[0].shape[1]
+        if width not in starts:
+            starts[width] = compiled(
+                ("start", loop, batches.size, width, options),
+                f"the {mode} prefill for batch {batches.size}, prompt width {width}",
+                lambda a=arrays: jitted(loop.start).lower(tstate, dstate, *a))
+    # Every width's prefill hands the loop a state of one shape (and, on a mesh, one layout).
+    state = starts[batches.arrays[0][0].shape[1]].out_info
+
+    def lower_resume():
+        # The state is donated so the loop updates its KV caches in place; its small counters
+        # have no output of their shape to reuse, which JAX warns about on every compile.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+            return jitted(loop.resume, donate_argnums=2).lower(tstate, dstate, state)
+
+    resume = compiled(loop_key, f"the {mode} decode loop for batch {batches.size}, "
+                      f"{loop.max_new_tokens} new tokens, prompts up to {batches.pad}",
+                      lower_resume)
+    while sum(k[0] == "resume" for k in _COMPILED) > keep_compiled:
+        oldest = next(k for k in _COMPILED if k[0] == "resume")
+        for k in [k for k in _COMPILED if k[1] == oldest[1]]:
+            del _COMPILED[k]
+    return (lambda b: (starts[batches.arrays[b][0].shape[1]], resume)), compile_time
 
 
 def _replicated(mesh):
@@ -224,17 +272,19 @@ def _collect(run, loop: DecodeLoop, tstate, dstate, batches: _Batches, target,
              ids: list[list[int]], compile_time: float, progress: bool) -> GenerationResult:
     """Run and time each call, then tokens, texts and metrics per prompt and in summary."""
     B = batches.size
-    outs, wall, batch_wall = [], 0.0, []
+    outs, batch_wall, batch_prefill = [], [], []
     calls = range(len(batches.arrays))
     if progress and len(batches.arrays) > 1:
         from tqdm import tqdm
 
         calls = tqdm(calls, desc="generate", unit="batch")
     for b in calls:
+        start, resume = run(b)
         t0 = time.perf_counter()
-        out = jax.block_until_ready(run(tstate, dstate, *batches.arrays[b]))
+        state = jax.block_until_ready(start(tstate, dstate, *batches.arrays[b]))
+        batch_prefill.append(time.perf_counter() - t0)
+        out = jax.block_until_ready(resume(tstate, dstate, state))
         batch_wall.append(time.perf_counter() - t0)
-        wall += batch_wall[-1]
         outs.append({k: np.asarray(v)[:B] for k, v in out.items()})
     counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
     _raise_nonfinite(counters, len(ids))
@@ -248,7 +298,10 @@ def _collect(run, loop: DecodeLoop, tstate, dstate, batches: _Batches, target,
         texts.append(target.decode(gen[:-1] if gen and gen[-1] in eos else gen))
         per_prompt.append(per_prompt_metrics(counters, i, loop.L))
         per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
-    summary = summarize(per_prompt, L=loop.L, wall_time_s=wall, compile_time_s=compile_time)
+        per_prompt[-1]["prefill_s"] = batch_prefill[i // B]
+        per_prompt[-1]["prompt_width"] = int(batches.arrays[i // B][0].shape[1])
+    summary = summarize(per_prompt, L=loop.L, wall_time_s=sum(batch_wall),
+                        compile_time_s=compile_time, prefill_s=sum(batch_prefill))
     return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
                             prompt_tokens=ids)
 

@@ -91,6 +91,8 @@ class DecodeLoop:
     vocab_size: int
     eos_ids: tuple[int, ...]
     max_new_tokens: int
+    # The longest padded prompt the loop holds: it sizes the history and the KV caches. Each call
+    # prefills its own prompts at their own padded width (``start``), at most this.
     prompt_pad: int
     mesh: Mesh | None = None  # (data, model) axes (``specjax.decode.parallel``); None = one device
     # Every row holds the same prompt (n samples of one prompt: audits, best-of-n): prefill it
@@ -141,7 +143,10 @@ class DecodeLoop:
              key: Array) -> SeqState:
         T = self.history_len
         n = jnp.maximum(length, 1)  # length 0 marks a padding row: kept done from the start
-        P = self.prompt_pad
+        P = prompt.shape[0]  # this call's padded width: the prefill costs P rows, not prompt_pad
+        if P > self.prompt_pad:
+            raise ValueError(f"prompts: padded to {P} tokens, over the loop's prompt_pad "
+                             f"{self.prompt_pad}")
         extra = {}
         if self.target_features:
             cache, extra["features"] = prefill(target, target.init_cache(T, P), prompt, n, P,
@@ -301,11 +306,24 @@ class DecodeLoop:
                              st.cache)
         return jax.tree.map(lambda x: pin(x, "data"), st.replace(cache=())).replace(cache=cache)
 
-    # --- whole batch (jit this with the loop object static) ---------------------------------------
+    # --- whole batch (jit these with the loop object static) --------------------------------------
     def run(self, target_state, draft_state, prompts: Int[Array, "B P"], lengths: Int[Array, " B"],
             keys: Array) -> dict[str, Array]:
+        """``start`` then ``resume``: prefill, then decode to the end, as one program."""
+        return self.resume(target_state, draft_state,
+                           self.start(target_state, draft_state, prompts, lengths, keys))
+
+    def _models(self, target_state, draft_state):
         target = nnx.merge(self.target_graph, target_state)
         dmodel = None if self.draft_graph is None else nnx.merge(self.draft_graph, draft_state)
+        return target, dmodel
+
+    def start(self, target_state, draft_state, prompts: Int[Array, "B P"],
+              lengths: Int[Array, " B"], keys: Array) -> SeqState:
+        """Prefill (target and drafter) into the batch's loop state. ``P`` may be any width up
+        to ``prompt_pad``: a call compiled per padded width costs its own prompts' rows, while
+        the loop (``resume``) is compiled once for every width."""
+        target, dmodel = self._models(target_state, draft_state)
         if self.shared_prompt:
             # One prefill, then B copies that differ only in their keys; padding rows (length
             # 0) are done from the start as in ``init``.
@@ -315,7 +333,11 @@ class DecodeLoop:
         else:
             state = jax.vmap(lambda p, n, k: self.init(target, dmodel, p, n, k))(prompts, lengths,
                                                                                   keys)
-        state = self.shard(state)
+        return self.shard(state)
+
+    def resume(self, target_state, draft_state, state: SeqState) -> dict[str, Array]:
+        """Decode from ``start``'s state until every sequence is done; the counters."""
+        target, dmodel = self._models(target_state, draft_state)
 
         def cond(st):
             return ~jnp.all(st.done)

@@ -47,8 +47,13 @@ def per_prompt_metrics(counters: dict[str, np.ndarray], i: int, L: int) -> dict:
 
 
 def summarize(per_prompt: list[dict], *, L: int, wall_time_s: float,
-              compile_time_s: float) -> dict:
-    """Corpus-level metrics: ratios of sums (a long prompt weighs more than a short one)."""
+              compile_time_s: float, prefill_s: float | None = None) -> dict:
+    """Corpus-level metrics: ratios of sums (a long prompt weighs more than a short one).
+
+    ``prefill_s``: the seconds of ``wall_time_s`` spent prefilling (the time to the first
+    token, less the one step that draws it); the rest is decoding, whose rate
+    (``decode_tokens_per_s``) is what speculation changes. On a long prompt the prefill can be
+    most of the wall time, so both are reported."""
     calls = sum(p["target_calls"] for p in per_prompt)
     new = sum(p["new_tokens"] for p in per_prompt)
     acc = sum(p["accepted"] for p in per_prompt)
@@ -72,7 +77,12 @@ def summarize(per_prompt: list[dict], *, L: int, wall_time_s: float,
         tokens_per_s=new / wall_time_s if wall_time_s > 0 else float("inf"),
         wall_time_s=wall_time_s,
         compile_time_s=compile_time_s,
-    )
+    ) | ({} if prefill_s is None else dict(
+        prefill_s=prefill_s,
+        mean_prefill_s=prefill_s / len(per_prompt) if per_prompt else 0.0,
+        decode_s=wall_time_s - prefill_s,
+        decode_tokens_per_s=(new / (wall_time_s - prefill_s) if wall_time_s > prefill_s
+                             else float("inf"))))
 
 
 def regime(batch_size: int | None, num_prompts: int | None = None) -> str:
@@ -90,3 +100,14 @@ def speedup(spec_result, ar_result) -> float:
         raise ValueError(f"speedup: runs differ in num_prompts ({spec['num_prompts']} vs "
                          f"{ar['num_prompts']}); compare runs on the same prompts")
     return spec["tokens_per_s"] / ar["tokens_per_s"]
+
+
+def decode_speedup(spec_result, ar_result) -> float | None:
+    """``speedup`` of the decoding alone (prefill time left out of both runs): what
+    speculation changes, which a long prompt's prefill hides end to end. None when a run did
+    not time its prefill apart."""
+    spec, ar = spec_result.summary, ar_result.summary
+    if "decode_tokens_per_s" not in spec or "decode_tokens_per_s" not in ar:
+        return None
+    speedup(spec_result, ar_result)  # the same prompts
+    return spec["decode_tokens_per_s"] / ar["decode_tokens_per_s"]

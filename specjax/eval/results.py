@@ -28,8 +28,10 @@ METRICS = (
     ("acceptance_rate", "acceptance rate", "{:.3f}"),
     ("per_position_acceptance", "per-position acceptance", None),
     ("ar_steps", "autoregressive steps (fallback)", "{:d}"),
-    ("tokens_per_s", "tokens / s", "{:.1f}"),
+    ("tokens_per_s", "tokens / s (end to end)", "{:.1f}"),
     ("wall_time_s", "wall time (s, compile excluded)", "{:.3f}"),
+    ("mean_prefill_s", "prefill per prompt (s, time to first token)", "{:.3f}"),
+    ("decode_tokens_per_s", "decode tokens / s (prefill excluded)", "{:.1f}"),
     ("compile_time_s", "compile time (s)", "{:.2f}"),
 )
 
@@ -106,6 +108,9 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     label = "speedup vs autoregressive" + (f" ({summary['regime']})" if summary.get("regime")
                                            else "")
     table.add_row(label, "", "-" if speedup is None else f"{speedup:.2f}x")
+    if summary.get("decode_speedup") is not None:
+        table.add_row("speedup, decoding alone (prefill excluded)", "",
+                      f"{summary['decode_speedup']:.2f}x")
     return table
 
 

@@ -14,7 +14,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from specjax.models import kernels
 from specjax.models.config import ModelConfig
-from specjax.models.quant import in_bulk, linear
+from specjax.models.quant import linear
 
 NEG_INF = float(np.finfo(np.float32).min)
 
@@ -199,7 +199,7 @@ def attend_cached(
 
     args = (q, k, v, k_scratch, v_scratch, jnp.asarray(length, jnp.int32),
             jnp.asarray(mask, bool))
-    if kernel and kernels.available() and not in_bulk():
+    if kernel and kernels.available():
         return jax.lax.platform_dependent(*args, cpu=call, default=reference)
     return reference(*args)
 

@@ -133,6 +133,20 @@ void Axpy(float* acc, float p, const float* v, int64_t hd) {
   for (; d < hd; ++d) acc[d] += p * v[d];
 }
 
+// 1 + the last scratch slot that any of the rows sees (mask rows `node`), 0 if none.
+int64_t SeenScratch(const bool* mask, int64_t S, const int64_t* node, int rows) {
+  int64_t seen = 0;
+  for (int i = 0; i < rows; ++i) {
+    const bool* m = mask + node[i] * S;
+    for (int64_t s = S; s > seen; --s)
+      if (m[s - 1]) {
+        seen = s;
+        break;
+      }
+  }
+  return seen;
+}
+
 // Rows [r0, r0 + rows) of KV head kv of batch element b; row r is (head kv * G + r / N,
 // node r % N). `buf` holds rows x (M + S) floats: each row's weights over the visible
 // committed slots [0, visible), then over the S scratch slots.
@@ -140,31 +154,38 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
   const int64_t G = a.H / a.KV, hd = a.hd;
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   const int64_t visible = std::clamp<int64_t>(a.length[b * a.len_step], 0, a.M);
-  const int64_t T = visible + a.S, stride = Stride(a);
-  const float* kc = a.kc + b * a.c_step + kv * a.M * hd;
-  const float* vc = a.vc + b * a.c_step + kv * a.M * hd;
-  const float* ks = a.ks + b * a.s_step + kv * a.S * hd;
-  const float* vs = a.vs + b * a.s_step + kv * a.S * hd;
+  const int64_t stride = Stride(a);
   const bool* mask = a.mask + b * a.mask_step;
-  float q[kTile][256];  // scaled queries (hd <= 256, checked)
   int64_t node[kTile], head[kTile];
   for (int i = 0; i < rows; ++i) {
     node[i] = (r0 + i) % a.N;
     head[i] = kv * G + (r0 + i) / a.N;
+  }
+  // Scratch slots past the last one any row of the tile sees weigh exactly 0 for all of them,
+  // so they are not visited: a causal prefill's tile of nodes j..j+7 reads slots <= j+7 only,
+  // half the square's work. Finite values give the same bits either way (only +0 terms go);
+  // a NaN or inf value in a slot no row sees no longer reaches the rows.
+  const int64_t S = SeenScratch(mask, a.S, node, rows), T = visible + S;
+  const float* kc = a.kc + b * a.c_step + kv * a.M * hd;
+  const float* vc = a.vc + b * a.c_step + kv * a.M * hd;
+  const float* ks = a.ks + b * a.s_step + kv * a.S * hd;
+  const float* vs = a.vs + b * a.s_step + kv * a.S * hd;
+  float q[kTile][256];  // scaled queries (hd <= 256, checked)
+  for (int i = 0; i < rows; ++i) {
     const float* src = a.q + b * a.q_step + (node[i] * a.H + head[i]) * hd;
     for (int64_t d = 0; d < hd; ++d) q[i][d] = src[d] * scale;
   }
   const float kOff = -INFINITY;  // a scratch slot the row does not see; padding
   if (hd % kLanes == 0) {
     Scores(q, rows, kc, visible, hd, buf, stride);
-    Scores(q, rows, ks, a.S, hd, buf + visible, stride);
+    Scores(q, rows, ks, S, hd, buf + visible, stride);
     for (int i = 0; i < rows; ++i)
-      for (int64_t s = 0; s < a.S; ++s)
+      for (int64_t s = 0; s < S; ++s)
         if (!mask[node[i] * a.S + s]) buf[i * stride + visible + s] = kOff;
   } else {
     for (int64_t s = 0; s < visible; ++s)
       for (int i = 0; i < rows; ++i) buf[i * stride + s] = Dot(q[i], kc + s * hd, hd);
-    for (int64_t s = 0; s < a.S; ++s)
+    for (int64_t s = 0; s < S; ++s)
       for (int i = 0; i < rows; ++i)
         buf[i * stride + visible + s] = mask[node[i] * a.S + s] ? Dot(q[i], ks + s * hd, hd) : kOff;
   }
@@ -193,10 +214,10 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
   float acc[kTile][256];
   constexpr int kRegs = kLanes == 16 ? 16 : 8;  // accumulator registers to spend on sums
   switch (hd % kLanes == 0 ? hd / kLanes : 0) {
-    case 1: WeighValues<1, 8>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
-    case 2: WeighValues<2, kRegs / 2>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
-    case 4: WeighValues<4, kRegs / 4>(buf, stride, rows, vc, visible, vs, a.S, acc); break;
-    case 8: WeighValues<8, std::max(1, kRegs / 8)>(buf, stride, rows, vc, visible, vs, a.S, acc);
+    case 1: WeighValues<1, 8>(buf, stride, rows, vc, visible, vs, S, acc); break;
+    case 2: WeighValues<2, kRegs / 2>(buf, stride, rows, vc, visible, vs, S, acc); break;
+    case 4: WeighValues<4, kRegs / 4>(buf, stride, rows, vc, visible, vs, S, acc); break;
+    case 8: WeighValues<8, std::max(1, kRegs / 8)>(buf, stride, rows, vc, visible, vs, S, acc);
       break;
     default:
       for (int i = 0; i < rows; ++i) std::fill(acc[i], acc[i] + hd, 0.0f);

@@ -103,3 +103,22 @@ def test_disagreeing_shapes_are_one_clear_error():
     q, k, v, ks, vs, length, mask = case(2, 4, 2, 16, 8, 4, 3, seed=0)
     with pytest.raises(Exception, match="do not agree"):
         run((q, k, v, ks, vs, length, mask[:, :3]))
+
+
+def test_causal_prefill_reads_only_the_slots_its_tile_sees():
+    """A prefill's mask is causal: a tile of rows stops at the last slot any of them sees. The
+    rows still equal the definition, and a non-finite value in a slot past every seen one (a
+    padded prompt position) cannot reach any row; in a seen-by-nobody slot inside the range it
+    would (0 x NaN), which is why only the tail is skipped."""
+    N, H, KV, hd = 40, 4, 2, 32
+    q, k, v, ks, vs, length, _ = case(N, H, KV, hd, 0, N, 0, seed=5)
+    mask = np.tril(np.ones((N, N), bool))
+    mask[N - 9:] = False  # the last 9 nodes are padding: they see only themselves
+    mask[np.arange(N - 9, N), np.arange(N - 9, N)] = True
+    args = (q, k, v, ks, vs, length, mask)
+    np.testing.assert_allclose(run(args), reference(*args), rtol=2e-5, atol=2e-5)
+    poisoned = vs.copy()
+    poisoned[:, N - 1] = np.nan  # seen by row N - 1 only
+    out = run((q, k, v, ks, poisoned, length, mask))
+    assert np.isfinite(out[:N - 8]).all()  # rows 0..N-9 are in tiles that end before it
+    np.testing.assert_array_equal(out[:N - 8], run(args)[:N - 8])
