@@ -131,12 +131,19 @@ def run_experiment(cfg: DictConfig, run_dir: str | Path,
     common = dict(sampling=sampling, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
                   batch_size=cfg.batch_size, mesh=mesh)
     fallback, measured = _fallback(cfg, target, draft, drafter, verifier, texts, common)
-    ar = specjax.generate(target, texts, **common) if cfg.ar_baseline else None
-    spec = specjax.generate(target, texts, draft=draft, drafter=drafter, verifier=verifier,
-                            fallback=fallback, breakdown=bool(cfg.get("breakdown", False)),
-                            **common)
+    spec_args = dict(draft=draft, drafter=drafter, verifier=verifier, fallback=fallback,
+                     breakdown=bool(cfg.get("breakdown", False)), **common)
+    comparison = None
+    if cfg.ar_baseline:  # both modes timed call by call, interleaved (specjax.compare)
+        comparison = specjax.compare(target, texts, repeats=int(cfg.get("timing_repeats", 1)),
+                                     **spec_args)
+        spec, ar = comparison.speculative, comparison.autoregressive
+    else:
+        spec, ar = specjax.generate(target, texts, **spec_args), None
     rows = _rows(prompts, texts, spec, ar)
     summary = _summary(cfg, run_dir, draft, drafter, verifier, spec, ar, auto, len(prompts))
+    if comparison is not None:
+        summary |= _interval(comparison)
     if fallback is not None:  # the rule the loop ran with, and what break_even=auto measured
         summary["fallback"] = {"break_even": fallback.break_even, "decay": fallback.decay,
                                "max_wait": fallback.max_wait, **({"auto": measured} if measured
@@ -180,6 +187,16 @@ def _lookahead(cfg: DictConfig, target, draft, drafter, verifier, sampling, text
     L, auto = choose_lookahead(target, draft, drafter, texts, verifier=verifier,
                                sampling=sampling, seed=cfg.seed)
     return dataclasses.replace(drafter, L=L), auto
+
+
+def _interval(comparison) -> dict[str, Any]:
+    """The speed-ups with their intervals (bootstrap over prompts and timing repeats) and the
+    exact sign-flip p, as the summary records them."""
+    return {"speedup": comparison.speedup[0], "speedup_interval": list(comparison.speedup[1:]),
+            "decode_speedup": comparison.decode_speedup[0],
+            "decode_speedup_interval": list(comparison.decode_speedup[1:]),
+            "speedup_sign_flip_p": comparison.sign_flip_p,
+            "timing_repeats": comparison.repeats}
 
 
 def _rows(prompts, texts: list[str], spec, ar) -> list[dict]:

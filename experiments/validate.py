@@ -111,6 +111,8 @@ def check_config(cfg: DictConfig) -> None:
     _int(cfg, "max_new_tokens", 1)
     _int(cfg, "seed", 0)
     _int(cfg, "batch_size", 1, optional=True)
+    if "timing_repeats" in cfg:
+        _int(cfg, "timing_repeats", 1)
     _int(cfg, "dataset.n", 1, optional=True)
     if cfg.get("fallback") is not None:
         _fallback(cfg)

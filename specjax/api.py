@@ -268,24 +268,58 @@ def _replicated(mesh):
     return parallel.replicated(mesh)
 
 
-def _collect(run, loop: DecodeLoop, tstate, dstate, batches: _Batches, target,
-             ids: list[list[int]], compile_time: float, progress: bool) -> GenerationResult:
-    """Run and time each call, then tokens, texts and metrics per prompt and in summary."""
-    B = batches.size
-    outs, batch_wall, batch_prefill = [], [], []
-    calls = range(len(batches.arrays))
-    if progress and len(batches.arrays) > 1:
-        from tqdm import tqdm
+@dataclass(frozen=True)
+class _Prepared:
+    """One decoding mode, compiled for a plan: the loop, the weights it runs on and its
+    programs (``programs(b)``: call b's prefill and loop executables)."""
 
-        calls = tqdm(calls, desc="generate", unit="batch")
-    for b in calls:
-        start, resume = run(b)
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(start(tstate, dstate, *batches.arrays[b]))
-        batch_prefill.append(time.perf_counter() - t0)
-        out = jax.block_until_ready(resume(tstate, dstate, state))
-        batch_wall.append(time.perf_counter() - t0)
-        outs.append({k: np.asarray(v)[:B] for k, v in out.items()})
+    loop: DecodeLoop
+    tstate: object
+    dstate: object
+    programs: object
+    compile_time: float
+
+
+def _prepare(target, dmodule, drafter, verifier, sampling, max_new_tokens: int,
+             batches: _Batches, *, mesh, shared_prompt: bool, fallback, compiler_options,
+             keep_compiled: int, progress: bool) -> tuple[_Prepared, _Batches]:
+    """The loop of one mode (``drafter=None``: autoregressive) for ``batches``, its weights on
+    the mesh when there is one, and its programs compiled (or taken from the cache)."""
+    tgraph, tstate = nnx.split(target.model)
+    dgraph, dstate = nnx.split(dmodule) if dmodule is not None else (None, None)
+    loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
+                      verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
+                      eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
+                      max_new_tokens=max_new_tokens, prompt_pad=batches.pad, mesh=mesh,
+                      shared_prompt=bool(shared_prompt), fallback=fallback if drafter else None)
+    if mesh is not None:  # weights and batches onto the mesh; outputs come back whole
+        from specjax.decode import parallel
+
+        tstate = parallel.shard_params(tstate, mesh, tensor_parallel=mesh.shape["model"] > 1)
+        dstate = parallel.shard_params(dstate, mesh, tensor_parallel=False)
+        batches = dataclasses.replace(
+            batches, arrays=[parallel.shard_batch(a, mesh) for a in batches.arrays])
+    programs, compile_time = _compile(loop, tstate, dstate, batches, compiler_options,
+                                      keep_compiled, progress)
+    return _Prepared(loop, tstate, dstate, programs, compile_time), batches
+
+
+def _time_call(prep: _Prepared, batches: _Batches, b: int) -> tuple[dict, float, float]:
+    """Call b run once: (its counters for the B real rows, prefill seconds, total seconds)."""
+    start, resume = prep.programs(b)
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(start(prep.tstate, prep.dstate, *batches.arrays[b]))
+    prefill = time.perf_counter() - t0
+    out = jax.block_until_ready(resume(prep.tstate, prep.dstate, state))
+    wall = time.perf_counter() - t0
+    return {k: np.asarray(v)[:batches.size] for k, v in out.items()}, prefill, wall
+
+
+def _collect(prep: _Prepared, batches: _Batches, target, ids: list[list[int]],
+             outs: list[dict], wall: list[float], prefill: list[float]) -> GenerationResult:
+    """Tokens, texts and metrics per prompt and in summary, from each call's counters and its
+    seconds (total and prefill; the mean over timing repeats where there were several)."""
+    B, loop = batches.size, prep.loop
     counters = {k: np.concatenate([o[k] for o in outs])[: len(ids)] for k in outs[0]}
     _raise_nonfinite(counters, len(ids))
 
@@ -297,13 +331,37 @@ def _collect(run, loop: DecodeLoop, tstate, dstate, batches: _Batches, target,
         tokens.append(gen)
         texts.append(target.decode(gen[:-1] if gen and gen[-1] in eos else gen))
         per_prompt.append(per_prompt_metrics(counters, i, loop.L))
-        per_prompt[-1]["wall_time_s"] = batch_wall[i // B]  # the prompt's batch
-        per_prompt[-1]["prefill_s"] = batch_prefill[i // B]
+        per_prompt[-1]["wall_time_s"] = wall[i // B]  # the prompt's batch
+        per_prompt[-1]["prefill_s"] = prefill[i // B]
         per_prompt[-1]["prompt_width"] = int(batches.arrays[i // B][0].shape[1])
-    summary = summarize(per_prompt, L=loop.L, wall_time_s=sum(batch_wall),
-                        compile_time_s=compile_time, prefill_s=sum(batch_prefill))
+    summary = summarize(per_prompt, L=loop.L, wall_time_s=sum(wall),
+                        compile_time_s=prep.compile_time, prefill_s=sum(prefill))
     return GenerationResult(tokens=tokens, texts=texts, per_prompt=per_prompt, summary=summary,
                             prompt_tokens=ids)
+
+
+def _calls(n: int, progress: bool, desc: str):
+    if progress and n > 1:
+        from tqdm import tqdm
+
+        return tqdm(range(n), desc=desc, unit="call")
+    return range(n)
+
+
+def _add_breakdown(result: GenerationResult, prep: _Prepared, batches: _Batches,
+                   compiler_options, progress: bool) -> None:
+    from specjax.decode.breakdown import in_loop, time_breakdown
+
+    if progress:
+        print("specjax: timing draft / tree / verify parts at this run's shapes ...",
+              file=sys.stderr, flush=True)
+    parts = time_breakdown(prep.loop, prep.tstate, prep.dstate, *batches.arrays[0],
+                           compiler_options=compiler_options)
+    n = len(result.per_prompt)
+    calls = [result.per_prompt[b:b + batches.size] for b in range(0, n, batches.size)]
+    parts |= in_loop(parts, [c[0]["wall_time_s"] for c in calls],  # one loop per call:
+                     [max(m["target_calls"] for m in c) for c in calls])  # its longest row
+    result.summary["time_breakdown"] = parts
 
 
 def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampling=None,
@@ -348,33 +406,117 @@ def generate(target, prompts, *, draft=None, drafter=None, verifier=None, sampli
     target, verifier, dmodule, ids = _resolve(target, prompts, draft, drafter, verifier,
                                               max_new_tokens, chat, shared_prompt)
     batches = _plan_batches(ids, batch_size, seed, mesh, target)
-    tgraph, tstate = nnx.split(target.model)
-    dgraph, dstate = nnx.split(dmodule) if dmodule is not None else (None, None)
-    loop = DecodeLoop(target_graph=tgraph, draft_graph=dgraph, drafter=drafter,
-                      verifier=verifier, sampling=sampling, vocab_size=int(target.vocab_size),
-                      eos_ids=tuple(int(e) for e in (target.eos_ids or ())),
-                      max_new_tokens=max_new_tokens, prompt_pad=batches.pad, mesh=mesh,
-                      shared_prompt=bool(shared_prompt), fallback=fallback if drafter else None)
-    if mesh is not None:  # weights and batches onto the mesh; outputs come back whole
-        from specjax.decode import parallel
-
-        tstate = parallel.shard_params(tstate, mesh, tensor_parallel=mesh.shape["model"] > 1)
-        dstate = parallel.shard_params(dstate, mesh, tensor_parallel=False)
-        batches = dataclasses.replace(
-            batches, arrays=[parallel.shard_batch(a, mesh) for a in batches.arrays])
-    run, compile_time = _compile(loop, tstate, dstate, batches, compiler_options,
-                                 keep_compiled, progress)
-    result = _collect(run, loop, tstate, dstate, batches, target, ids, compile_time, progress)
+    prep, batches = _prepare(target, dmodule, drafter, verifier, sampling, max_new_tokens,
+                             batches, mesh=mesh, shared_prompt=shared_prompt, fallback=fallback,
+                             compiler_options=compiler_options, keep_compiled=keep_compiled,
+                             progress=progress)
+    outs, wall, prefill = [], [], []
+    for b in _calls(len(batches.arrays), progress, "generate"):
+        out, p, w = _time_call(prep, batches, b)
+        outs.append(out)
+        prefill.append(p)
+        wall.append(w)
+    result = _collect(prep, batches, target, ids, outs, wall, prefill)
     if breakdown:
-        from specjax.decode.breakdown import in_loop, time_breakdown
-
-        if progress:
-            print("specjax: timing draft / tree / verify parts at this run's shapes ...",
-                  file=sys.stderr, flush=True)
-        parts = time_breakdown(loop, tstate, dstate, *batches.arrays[0],
-                               compiler_options=compiler_options)
-        calls = [result.per_prompt[b:b + batches.size] for b in range(0, len(ids), batches.size)]
-        parts |= in_loop(parts, [c[0]["wall_time_s"] for c in calls],  # one loop per call:
-                         [max(m["target_calls"] for m in c) for c in calls])  # its longest row
-        result.summary["time_breakdown"] = parts
+        _add_breakdown(result, prep, batches, compiler_options, progress)
     return result
+
+
+@dataclass
+class Comparison:
+    """Speculative and autoregressive decoding of the same prompts, timed interleaved.
+
+    ``seconds[mode]`` is ``[prompts, repeats]``: each prompt's wall time (its call's, at batch
+    1 its own) in every timing repeat; the results' times are the means over the repeats.
+    ``speedup`` and ``decode_speedup`` are (point, low, high) of the ratio of the two modes'
+    tokens per second, end to end and with the prefill left out, the interval a paired
+    percentile bootstrap over prompts and timing repeats (``eval.bootstrap``); ``sign_flip_p``
+    is the exact paired sign-flip p of the per-prompt log ratio (``eval.paired``): at few
+    prompts the bootstrap interval is too narrow, and the two are read together.
+    """
+
+    speculative: GenerationResult
+    autoregressive: GenerationResult
+    repeats: int
+    seconds: dict
+    prefill_seconds: dict
+    speedup: tuple[float, float, float]
+    decode_speedup: tuple[float, float, float]
+    sign_flip_p: float
+
+
+def compare(target, prompts, *, draft=None, drafter, verifier=None, sampling=None,
+            max_new_tokens: int = 128, seed: int = 0, chat: bool = False,
+            batch_size: int | None = None, repeats: int = 1, progress: bool = True,
+            compiler_options: dict | None = None, breakdown: bool = False, mesh=None,
+            fallback=None, keep_compiled: int = KEEP_COMPILED) -> Comparison:
+    """``generate`` speculatively and autoregressively on the same prompts and seed, the two
+    timed call by call in alternating order (AR first on even calls of even repeats, then SD
+    first, ...), ``repeats`` times. A machine whose speed drifts (another process, its clock;
+    one AR pass took 83 s and the next 52 s on the same prompts of a VM) then slows both modes
+    alike, instead of whichever ran in the slow minute. Every repeat must decode the same
+    tokens as the first (same seed, same programs); the arguments are ``generate``'s."""
+    if not (isinstance(repeats, int) and repeats >= 1):
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    sampling = Sampling() if sampling is None else sampling
+    target, verifier, dmodule, ids = _resolve(target, prompts, draft, drafter, verifier,
+                                              max_new_tokens, chat, False)
+    plan = _plan_batches(ids, batch_size, seed, mesh, target)
+    common = dict(mesh=mesh, shared_prompt=False, compiler_options=compiler_options,
+                  keep_compiled=keep_compiled, progress=progress)
+    modes = {"speculative": _prepare(target, dmodule, drafter, verifier, sampling,
+                                     max_new_tokens, plan, fallback=fallback, **common),
+             "autoregressive": _prepare(target, None, None, None, sampling, max_new_tokens,
+                                        plan, fallback=None, **common)}
+    n_calls = len(plan.arrays)
+    outs = {m: [None] * n_calls for m in modes}
+    wall = {m: np.zeros((n_calls, repeats)) for m in modes}
+    prefill = {m: np.zeros((n_calls, repeats)) for m in modes}
+    for r in range(repeats):
+        for b in _calls(n_calls, progress, f"compare, repeat {r + 1}/{repeats}"):
+            order = list(modes) if (r + b) % 2 else list(modes)[::-1]
+            for m in order:
+                prep, batches = modes[m]
+                out, prefill[m][b, r], wall[m][b, r] = _time_call(prep, batches, b)
+                if outs[m][b] is None:
+                    outs[m][b] = out
+                elif not np.array_equal(out["history"], outs[m][b]["history"]):
+                    raise RuntimeError(f"compare: {m} call {b} decoded other tokens in timing "
+                                       f"repeat {r + 1} than in the first (nondeterminism)")
+    results = {m: _collect(modes[m][0], modes[m][1], target, ids, outs[m],
+                           list(wall[m].mean(axis=1)), list(prefill[m].mean(axis=1)))
+               for m in modes}
+    if breakdown:
+        _add_breakdown(results["speculative"], *modes["speculative"], compiler_options, progress)
+    per_prompt = {m: np.repeat(wall[m], plan.size, axis=0)[: len(ids)] for m in modes}
+    per_prefill = {m: np.repeat(prefill[m], plan.size, axis=0)[: len(ids)] for m in modes}
+    tokens = {m: np.array([p["new_tokens"] for p in results[m].per_prompt], float)
+              for m in modes}
+    return Comparison(
+        speculative=results["speculative"], autoregressive=results["autoregressive"],
+        repeats=repeats, seconds=per_prompt, prefill_seconds=per_prefill,
+        speedup=speedup_interval(tokens, per_prompt),
+        decode_speedup=speedup_interval(
+            tokens, {m: per_prompt[m] - per_prefill[m] for m in modes}),
+        sign_flip_p=_sign_flip(tokens, per_prompt))
+
+
+def speedup_interval(tokens: dict, seconds: dict) -> tuple[float, float, float]:
+    """(point, low, high): speculative over autoregressive tokens per second, ratio of sums over
+    prompts (``tokens[mode]`` [n], ``seconds[mode]`` [n, R]), paired bootstrap over prompts and
+    timing repeats (``eval.bootstrap``)."""
+    from specjax.eval import bootstrap
+
+    sd = bootstrap.ratio(tokens["speculative"], seconds["speculative"])
+    ar = bootstrap.ratio(tokens["autoregressive"], seconds["autoregressive"])
+    n, R = seconds["speculative"].shape
+    return bootstrap.estimate(lambda idx, rep=None: sd(idx, rep) / ar(idx, rep), n,
+                              rep=bootstrap.resample_repeats(R))
+
+
+def _sign_flip(tokens: dict, seconds: dict) -> float:
+    """Exact paired sign-flip p of the per-prompt log speed ratio (means over repeats)."""
+    from specjax.eval.paired import sign_flip_p
+
+    rate = {m: tokens[m] / seconds[m].mean(axis=1) for m in tokens}
+    return sign_flip_p(np.log(rate["speculative"] / rate["autoregressive"]))

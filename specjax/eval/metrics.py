@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+#: Per-prompt keys that hold measured seconds (they differ between runs of the same decode).
+TIMINGS = ("wall_time_s", "prefill_s")
 
 def per_prompt_metrics(counters: dict[str, np.ndarray], i: int, L: int) -> dict:
     """Plain-Python metrics of prompt ``i`` from the loop's counters."""

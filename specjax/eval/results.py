@@ -104,14 +104,25 @@ def metrics_table(summary: dict[str, Any]) -> Table:
     for key, label, fmt in METRICS:
         if key in spec or key in ar:
             table.add_row(label, _cell(ar.get(key), fmt) if ar else "-", _cell(spec.get(key), fmt))
-    speedup = summary.get("speedup")
     label = "speedup vs autoregressive" + (f" ({summary['regime']})" if summary.get("regime")
                                            else "")
-    table.add_row(label, "", "-" if speedup is None else f"{speedup:.2f}x")
+    table.add_row(label, "", _speedup(summary, "speedup"))
     if summary.get("decode_speedup") is not None:
         table.add_row("speedup, decoding alone (prefill excluded)", "",
-                      f"{summary['decode_speedup']:.2f}x")
+                      _speedup(summary, "decode_speedup"))
+    if summary.get("speedup_sign_flip_p") is not None:
+        table.add_row(f"sign-flip p, per-prompt speed ratio ({summary.get('timing_repeats', 1)} "
+                      "interleaved timing repeats)", "", f"{summary['speedup_sign_flip_p']:.3g}")
     return table
+
+
+def _speedup(summary: dict[str, Any], key: str) -> str:
+    """``1.23x [1.10, 1.35]``: the ratio and, when the run measured one, its 95 % interval."""
+    value = summary.get(key)
+    if value is None:
+        return "-"
+    interval = summary.get(f"{key}_interval")
+    return f"{value:.2f}x" + ("" if not interval else f" [{interval[0]:.2f}, {interval[1]:.2f}]")
 
 
 def print_table(summary: dict[str, Any], console: Console | None = None) -> None:

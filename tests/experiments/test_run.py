@@ -80,6 +80,7 @@ def test_resume_skips_a_finished_run(greedy_run, make_cfg, monkeypatch, tmp_path
         raise AssertionError("a finished run must not decode again")
 
     monkeypatch.setattr(specjax, "generate", no_decoding)
+    monkeypatch.setattr(specjax, "compare", no_decoding)
     cfg = make_cfg("experiment=toy_smoke", "sampling=greedy", "dataset.n=3", "max_new_tokens=6")
     assert run_experiment(cfg, run_dir) == _lines(run_dir)[-1]
     assert (run_dir / "results.jsonl").read_bytes() == before

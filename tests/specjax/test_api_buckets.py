@@ -55,3 +55,29 @@ def test_prefill_is_timed_apart_and_the_decode_rate_leaves_it_out():
     assert s["decode_s"] == pytest.approx(s["wall_time_s"] - s["prefill_s"])
     assert s["decode_tokens_per_s"] == pytest.approx(s["new_tokens"] / s["decode_s"])
     assert s["decode_tokens_per_s"] > s["tokens_per_s"]
+
+
+def test_compare_interleaves_the_modes_and_matches_separate_runs():
+    """``compare`` decodes exactly what ``generate`` does in each mode (same prompts, seed and
+    programs), times every prompt in every repeat, and brackets its speed-up."""
+    from specjax.drafters import NgramDrafter
+
+    prompts = [_ids(12, 4), _ids(40, 5), _ids(7, 6)]
+    kw = dict(max_new_tokens=8, seed=1, batch_size=1, progress=False, compiler_options=FAST,
+              sampling=specjax.Sampling(temperature=1.0))
+    spec_kw = dict(drafter=NgramDrafter(K=1, L=3, max_ngram=2), verifier="llamacpp_exact_match")
+    cmp = specjax.compare("toy-target", prompts, repeats=3, **kw, **spec_kw)
+    assert cmp.speculative.tokens == specjax.generate("toy-target", prompts, **kw,
+                                                      **spec_kw).tokens
+    assert cmp.autoregressive.tokens == specjax.generate("toy-target", prompts, **kw).tokens
+    for mode in ("speculative", "autoregressive"):
+        assert cmp.seconds[mode].shape == (3, 3) and (cmp.seconds[mode] > 0).all()
+        assert (cmp.prefill_seconds[mode] < cmp.seconds[mode]).all()
+    point, lo, hi = cmp.speedup
+    assert lo <= point <= hi
+    rates = {m: sum(p["new_tokens"] for p in getattr(cmp, m).per_prompt)
+             / cmp.seconds[m].mean(axis=1).sum() for m in cmp.seconds}
+    assert point == pytest.approx(rates["speculative"] / rates["autoregressive"])
+    assert 0 < cmp.sign_flip_p <= 1
+    with pytest.raises(ValueError, match="repeats must be an integer >= 1"):
+        specjax.compare("toy-target", prompts, repeats=0, **kw, **spec_kw)

@@ -35,6 +35,7 @@ from specjax import generate  # noqa: E402
 from specjax.decode.engine import DecodeLoop  # noqa: E402
 from specjax.decode.parallel import make_mesh, shard_params  # noqa: E402
 from specjax.drafters import EarlyExitDrafter, ModelDrafter, NgramDrafter  # noqa: E402
+from specjax.eval.metrics import TIMINGS  # noqa: E402
 from specjax.models.config import tiny_config  # noqa: E402
 from specjax.models.decoder import Decoder  # noqa: E402
 from specjax.models.sampling import Sampling  # noqa: E402
@@ -50,7 +51,7 @@ def run(target, draft, drafter, verifier, temperature, mesh):
     res = generate(target, PROMPTS, draft=draft, drafter=drafter, verifier=verifier,
                    sampling=Sampling(temperature=temperature), max_new_tokens=8, seed=1,
                    compiler_options=FAST, progress=False, mesh=mesh)
-    counters = [{k: v for k, v in p.items() if k != "wall_time_s"} for p in res.per_prompt]
+    counters = [{k: v for k, v in p.items() if k not in TIMINGS} for p in res.per_prompt]
     return {"tokens": res.tokens, "counters": counters}
 
 
