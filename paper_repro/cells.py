@@ -49,8 +49,12 @@ from specjax.platform import hardware, provenance
 RESULTS = Path(__file__).parent / "results"
 SESSION = uuid.uuid4().hex[:12]  # one per process: which cells were measured together
 
-#: Display names of the datasets (EAGLE 80-prompt suites, ``specjax.prompts``).
-DATASETS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "alpaca": "Alpaca", "mt_bench": "MT-Bench"}
+#: Display names of the datasets (EAGLE 80-prompt suites, ``specjax.prompts``; Spec-Bench's
+#: tasks as ``spec_bench/<task>``).
+DATASETS = {"humaneval": "HumanEval", "gsm8k": "GSM8K", "alpaca": "Alpaca", "mt_bench": "MT-Bench",
+            "spec_bench/mt_bench": "SB multi-turn", "spec_bench/translation": "SB translation",
+            "spec_bench/summarization": "SB summarization", "spec_bench/qa": "SB QA",
+            "spec_bench/math_reasoning": "SB math", "spec_bench/rag": "SB RAG"}
 #: Table 1's multi-draft verifiers (K = setting.K); the rest run with K = 1.
 MULTI_DRAFT = ("specinfer", "spectr", "spectr_gbv", "multipath_block", "traversal")
 SINGLE_DRAFT = ("token", "greedy_block", "block")
@@ -74,9 +78,10 @@ class Setting:
     seed: int = 0
     fast_compile: bool = False  # XLA opt level 0: toy runs only (compile time >> run time)
     repeats: int = 1  # timings per cell, interleaved across methods (see the module docstring)
-    draft_weights: str = "float32"  # the draft model's weights; the target stays float32
+    draft_weights: str = "float32"  # the draft model's weights (the target's: target_weights)
     draft_vocab: int | None = None  # the draft samples from its first n token ids (+ EOS)
     breakdown: bool = False  # time draft / tree / verify / other once per method
+    target_weights: str = "float32"  # the target model's weights (int8: another target law)
 
     @property
     def toy(self) -> bool:
@@ -150,7 +155,8 @@ def load_pair(setting: Setting):
         return load_toy(target_name), load_toy(draft_name)
     from specjax import load_model
 
-    return load_model(target_name), load_model(draft_name, weights=setting.draft_weights)
+    return (load_model(target_name, weights=setting.target_weights),
+            load_model(draft_name, weights=setting.draft_weights))
 
 
 def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], list[str]]:
@@ -166,7 +172,8 @@ def prompt_texts(setting: Setting, dataset: str, target) -> tuple[list[str], lis
         d = setting.datasets.index(dataset)
         prompts = load_prompts("toy")[d * setting.n:(d + 1) * setting.n]
         return [p.id for p in prompts], [p.text for p in prompts]
-    suite = PromptSuite(suite=dataset, n=setting.n, shuffle=False, chat=True)
+    suite, _, task = dataset.partition("/")  # spec_bench/<task>: one Spec-Bench task
+    suite = PromptSuite(suite=suite, category=task or None, n=setting.n, shuffle=False, chat=True)
     prompts = suite.load()
     return [p.id for p in prompts], suite.texts(target, prompts)
 
@@ -186,6 +193,8 @@ def normal_key(key: str) -> str:
     it are read through this, so their cells stay found)."""
     data = json.loads(key)
     data.get("setting", {}).pop("datasets", None)
+    if data.get("setting", {}).get("target_weights") == "float32":  # the field's default:
+        del data["setting"]["target_weights"]  # stores from before it existed stay found
     return json.dumps(data, sort_keys=True)
 
 

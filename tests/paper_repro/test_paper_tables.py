@@ -590,3 +590,30 @@ def test_ceiling_note_says_per_dataset_whether_more_tokens_would_help():
     assert "up to 25 % (token)" in he and "**over the aim**; more tokens per prompt could" in he
     assert "up to 10 %" in gsm and "under the aim" in gsm
     assert "up to 33 %" in alp and "1 ended at EOS, 0 ran" in alp and "cannot lower it" in alp
+
+
+def test_specbench_reads_each_task_and_keeps_old_stores_keys():
+    """The Spec-Bench table's datasets are the vendored tasks (the first n of each, in the chat
+    template), its int8 preset changes only the target's weights, and the new target_weights
+    field at its default leaves the keys of stores written before it unchanged."""
+    from paper_repro import specbench
+
+    class Target:
+        def apply_chat_template(self, messages, add_generation_prompt=True):
+            return "<user>" + messages[0]["content"] + "<assistant>"
+
+    setting = specbench.PRESETS["cpu"]
+    for d in setting.datasets:
+        ids, texts = cells.prompt_texts(setting, d, Target())
+        suite, _, task = d.partition("/")
+        prompts = load_prompts(suite, category=task or None)[:setting.n]
+        assert len(ids) == setting.n == 8 and ids == [p.id for p in prompts]
+        assert texts == [f"<user>{p.text}<assistant>" for p in prompts]
+        assert d in cells.DATASETS
+    int8 = specbench.PRESETS["cpu_int8"]
+    assert dataclasses.replace(int8, target_weights="float32") == setting
+    method = cells.Method("token")
+    key = cells.cell_key("t", "humaneval", method, setting)
+    old = json.loads(key)
+    assert "target_weights" not in old["setting"]
+    assert cells.cell_key("t", "humaneval", method, int8) != key

@@ -98,12 +98,14 @@ void Scores(const float (*q)[256], int rows, const float* k, int64_t n, int64_t 
   }
 }
 
-// acc[i] = sum_s w[i * stride + s] v_s over the committed values vc[0, visible) and then the
-// scratch values vs[0, S), hd = C * kLanes: R rows at a time keep their sums in registers and
-// share each value vector's load. Each (row, lane) is one chain in slot order.
+// acc[i][0, C * kLanes) = sum_s w[i * stride + s] v_s[0, C * kLanes) over the committed values
+// vc[0, visible) and then the scratch values vs[0, S), value vectors hd floats apart: R rows at
+// a time keep their sums in registers and share each value vector's load. Each (row, lane) is
+// one chain in slot order. A head wider than the registers hold (hd = 128 on AVX2) is done C
+// vectors of its width at a time by the caller.
 template <int C, int R>
 void WeighValues(const float* w, int64_t stride, int rows, const float* vc, int64_t visible,
-                 const float* vs, int64_t S, float (*acc)[256]) {
+                 const float* vs, int64_t S, int64_t hd, float (*acc)[256], int64_t col) {
   for (int i0 = 0; i0 < rows; i0 += R) {
     const float* wr[R];  // past the last row: that row again, its sums discarded
     for (int j = 0; j < R; ++j) wr[j] = w + std::min(i0 + j, rows - 1) * stride;
@@ -118,10 +120,10 @@ void WeighValues(const float* w, int64_t stride, int rows, const float* vc, int6
         for (int c = 0; c < C; ++c) a[j][c] = Fma(p, vv[c], a[j][c]);
       }
     };
-    for (int64_t s = 0; s < visible; ++s) add(vc + s * C * kLanes, s);
-    for (int64_t s = 0; s < S; ++s) add(vs + s * C * kLanes, visible + s);
+    for (int64_t s = 0; s < visible; ++s) add(vc + s * hd + col, s);
+    for (int64_t s = 0; s < S; ++s) add(vs + s * hd + col, visible + s);
     for (int j = 0; j < R && i0 + j < rows; ++j)
-      for (int c = 0; c < C; ++c) Store(acc[i0 + j] + c * kLanes, a[j][c], kLanes);
+      for (int c = 0; c < C; ++c) Store(acc[i0 + j] + col + c * kLanes, a[j][c], kLanes);
   }
 }
 
@@ -213,19 +215,24 @@ void Tile(const Attention& a, int64_t b, int64_t kv, int64_t r0, int rows, float
   }
   float acc[kTile][256];
   constexpr int kRegs = kLanes == 16 ? 16 : 8;  // accumulator registers to spend on sums
-  switch (hd % kLanes == 0 ? hd / kLanes : 0) {
-    case 1: WeighValues<1, 8>(buf, stride, rows, vc, visible, vs, S, acc); break;
-    case 2: WeighValues<2, kRegs / 2>(buf, stride, rows, vc, visible, vs, S, acc); break;
-    case 4: WeighValues<4, kRegs / 4>(buf, stride, rows, vc, visible, vs, S, acc); break;
-    case 8: WeighValues<8, std::max(1, kRegs / 8)>(buf, stride, rows, vc, visible, vs, S, acc);
-      break;
-    default:
-      for (int i = 0; i < rows; ++i) std::fill(acc[i], acc[i] + hd, 0.0f);
-      for (int64_t s = 0; s < T; ++s) {
-        const float* v = s < visible ? vc + s * hd : vs + (s - visible) * hd;
-        for (int i = 0; i < rows; ++i)
-          if (buf[i * stride + s] != 0.0f) Axpy(acc[i], buf[i * stride + s], v, hd);
-      }
+  const int64_t vecs = hd % kLanes == 0 ? hd / kLanes : 0;
+  if (vecs == 1) {
+    WeighValues<1, 8>(buf, stride, rows, vc, visible, vs, S, hd, acc, 0);
+  } else if (vecs == 2) {
+    WeighValues<2, kRegs / 2>(buf, stride, rows, vc, visible, vs, S, hd, acc, 0);
+  } else if (vecs == 4) {
+    WeighValues<4, kRegs / 4>(buf, stride, rows, vc, visible, vs, S, hd, acc, 0);
+  } else if (vecs > 0 && vecs % 8 == 0) {  // 8 vectors of the head's width at a time
+    for (int64_t col = 0; col < hd; col += 8 * kLanes)
+      WeighValues<8, std::max(1, kRegs / 8)>(buf, stride, rows, vc, visible, vs, S, hd, acc,
+                                             col);
+  } else {
+    for (int i = 0; i < rows; ++i) std::fill(acc[i], acc[i] + hd, 0.0f);
+    for (int64_t s = 0; s < T; ++s) {
+      const float* v = s < visible ? vc + s * hd : vs + (s - visible) * hd;
+      for (int i = 0; i < rows; ++i)
+        if (buf[i * stride + s] != 0.0f) Axpy(acc[i], buf[i * stride + s], v, hd);
+    }
   }
   for (int i = 0; i < rows; ++i) {
     if (!blind[i]) continue;
