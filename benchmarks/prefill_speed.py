@@ -1,32 +1,38 @@
 """Prefill against this machine's compute floor, and what the rest of its time goes to.
 
     python -m benchmarks.prefill_speed [--models ...] [--weights float32 int8]
-        [--tokens 256 1024 2048] [--reps 2] [--out paper_repro/results/prefill_cpu.md]
+        [--activations float32 int8] [--tokens 256 1024 2048] [--reps 2]
+        [--out paper_repro/results/prefill_cpu.md]
 
 A prefill runs every prompt token through every layer at once, so it is bound by arithmetic,
-not by the weight bytes a decode step reads. Its floor here is the pass's FLOPs over this
-machine's matmul rate at the precision the prefill computes in: the layers' matmuls (2 per
+not by the weight bytes a decode step reads. Its floor here is the pass's operations over this
+machine's peak rate at the precision the prefill computes in: the layers' matmuls (2 per
 weight per token; the head is not run, since the last prompt token's logits come from the
 first decode step) plus the causal attention (4 x hd per visible (query, key) pair and head).
-The rate is measured on the spot: a large jitted float32 matmul (``probes.matmul_flops``).
+The peaks are measured on the spot by ``isa_peak.cc`` (register-only chains of one
+instruction on every core): float32 FMA for float32 rows and the attention, int8 vpdpbusd
+(AVX-512 VNNI) for int8 weights with int8 rows (``prefill_activations="int8"``, W8A8).
 
-Every prefill is ``passes.prefill`` through ``JittedPasses`` (the decode loop's own function),
+int8 weights run both ways (``--activations``): float32 rows (weight-only, the default) and
+int8 rows where the CPU has VNNI. Every prefill is ``passes.prefill`` through ``JittedPasses``
+(the decode loop's own function),
 best of ``--reps`` calls after a warm-up. Beside it, at the same row count: the layers'
 matmuls alone (the same weights through the path the prefill takes: XLA's dot on the unpacked
 weights, or the packed kernel, per ``kernels.prefill_dot``) and the attention alone (the
 kernel at the prefill's shapes, once per layer); "rest" is what the prefill spends besides
 those (norms, RoPE, cache writes, unpacking the weights).
 
-The narrow dots the CPU might offer instead (bf16 x bf16 and int8 x int8 -> int32, XLA's own)
-are probed too, at 1,024 rows of a 1536 x 8960 matrix: where they are much faster than float32
-(AMX, VNNI), quantizing the activations could lower the floor; where they are not, the
-float32 rate is the floor for int8 weights as well.
+XLA's own narrow dots (bf16 x bf16 and int8 x int8 -> int32) are probed too, at 1,024 rows of a
+1536 x 8960 matrix, for comparison with the kernels' rates.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,13 +46,25 @@ from specjax.models import kernels
 from specjax.models.layers import attend_cached, gate_up_matmuls, qkv_matmuls
 from specjax.models.loader import MODEL_NAMES
 from specjax.models.passes import JittedPasses, causal_mask
-from specjax.models.quant import WEIGHT_FORMATS, bulk_rows, linear
+from specjax.models.quant import ACTIVATIONS, WEIGHT_FORMATS, bulk_rows, linear
 from specjax.platform import hardware, provenance
-from specjax.platform.probes import matmul_flops
 
 #: /proc/cpuinfo flags that name the CPU's wide and narrow arithmetic (printed when present).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16",
              "amx_int8")
+
+
+def instruction_peaks() -> dict[str, float]:
+    """``isa_peak.cc``'s rates on every core (G(FL)OP/s): ``float32_fma`` and, with AVX-512
+    VNNI, ``int8_vpdpbusd``; compiled here with the system compiler for this CPU."""
+    source = Path(__file__).with_name("isa_peak.cc")
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "isa_peak"
+        subprocess.run([os.environ.get("CXX", "g++"), "-O3", "-march=native", "-pthread",
+                        str(source), "-o", str(exe)], check=True, capture_output=True)
+        out = subprocess.run([str(exe), str(os.cpu_count() or 1)], check=True,
+                             capture_output=True, text=True).stdout
+    return {name: float(rate) for name, rate in (line.split() for line in out.splitlines())}
 
 
 def best_s(f, reps: int) -> float:
@@ -96,12 +114,13 @@ def narrow_rates(rows: int = 1024, k: int = 1536, n: int = 8960, reps: int = 5) 
 
 
 def matmuls_alone_s(decoder, tokens: int, reps: int) -> float:
-    """The layers' seven dots at ``tokens`` rows as the prefill runs them (``bulk_rows``)."""
+    """The layers' seven dots at ``tokens`` rows as the prefill runs them (``bulk_rows``, with
+    the decoder's ``prefill_activations``)."""
     config = decoder.config
     layers = [layer.weights() for layer in decoder.layers]
 
     def chain(x, layers):
-        with bulk_rows():
+        with bulk_rows(decoder.prefill_activations):
             for w in layers:
                 q, k, v = qkv_matmuls(x, w, config, linear)
                 x = x + linear(q + 1e-3 * (k.sum() + v.sum()), w["wo"])
@@ -138,10 +157,14 @@ def prefill_s(jp: JittedPasses, V: int, tokens: int, reps: int) -> float:
     return best_s(once, reps)
 
 
+def label(r: dict) -> str:
+    return r["weights"] + (" (int8 rows)" if r.get("activations") == "int8" else "")
+
+
 def render(records: list[dict]) -> str:
     cols = ["model", "weights", "tokens", "prefill s", "floor s (matmuls + attention)",
-            "floor / prefill", "matmuls alone s", "attention alone s", "rest s",
-            "prefill / float32 prefill"]
+            "floor / prefill", "matmuls alone s", "matmul rate / peak", "attention alone s",
+            "rest s", "prefill / float32 prefill"]
     rows = []
     f32 = {(r["model"], r["tokens"]): r["prefill_s"] for r in records if r["weights"] == "float32"}
     for r in records:
@@ -149,9 +172,10 @@ def render(records: list[dict]) -> str:
         floor = r["floor_s"]
         rest = r["prefill_s"] - r["matmuls_s"] - r["attention_s"]
         rows.append(
-            f"| {r['model']} | {r['weights']} | {r['tokens']} | {r['prefill_s']:.2f} | "
+            f"| {r['model']} | {label(r)} | {r['tokens']} | {r['prefill_s']:.2f} | "
             f"{floor:.2f} ({r['matmul_floor_s']:.2f} + {r['attention_floor_s']:.2f}) | "
-            f"{floor / r['prefill_s']:.2f} | {r['matmuls_s']:.2f} | {r['attention_s']:.2f} | "
+            f"{floor / r['prefill_s']:.2f} | {r['matmuls_s']:.2f} | "
+            f"{r['matmul_floor_s'] / r['matmuls_s']:.2f} | {r['attention_s']:.2f} | "
             f"{rest:.2f} | {'-' if base is None else format(r['prefill_s'] / base, '.2f')} |")
     return "\n".join(["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols), *rows])
 
@@ -161,25 +185,29 @@ def main():
     parser.add_argument("--models", nargs="+", default=list(MODEL_NAMES)[::-1], choices=MODEL_NAMES)
     parser.add_argument("--weights", nargs="+", default=["float32", "int8"],
                         choices=list(WEIGHT_FORMATS))
+    parser.add_argument("--activations", nargs="+", default=list(ACTIVATIONS),
+                        choices=list(ACTIVATIONS),
+                        help="rows of the int8-weight prefills (int8 needs AVX-512 VNNI)")
     parser.add_argument("--tokens", nargs="+", type=int, default=[256, 1024, 2048])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", default="paper_repro/results/prefill_cpu.md")
     args = parser.parse_args()
 
+    peaks = instruction_peaks()
     narrow = narrow_rates()
-    # The floor's rate: the faster of a square matmul and the prefill-shaped float32 dot (on a
-    # 2-core AMD EPYC the 2048^3 matmul ran at 78 GFLOP/s and the 1024 x 1536 x 8960 one at 112).
-    rate = max(matmul_flops(), 1e9 * narrow["float32"])
-    print(f"float32 matmul {rate / 1e9:.1f} GFLOP/s; narrow dots at 1024 x 1536 x 8960: "
+    print(f"peaks {peaks}; XLA's dots at 1024 x 1536 x 8960: "
           + ", ".join(f"{k} {v:.0f}" for k, v in narrow.items()), flush=True)
+    activations = [a for a in args.activations if a == "float32" or kernels.vnni()]
+    variants = [(w, a) for w in args.weights
+                for a in (activations if w == "int8" else ["float32"])]
     records = []
     for name in args.models:
-        for weights in args.weights:
-            model = load_model(name, weights=weights)
+        for weights, act in variants:
+            model = load_model(name, weights=weights, prefill_activations=act)
             jp = JittedPasses(model.model)
             for tokens in args.tokens:
                 mm, att = flops(model.config, tokens)
-                r = dict(model=name, weights=weights, tokens=tokens,
+                r = dict(model=name, weights=weights, activations=act, tokens=tokens,
                          prefill_s=prefill_s(jp, model.vocab_size, tokens, args.reps),
                          matmuls_s=matmuls_alone_s(model.model, tokens, args.reps),
                          attention_s=attention_alone_s(model.config, tokens, args.reps),
@@ -187,11 +215,13 @@ def main():
                 records.append(r)
                 print(r, flush=True)
             del jp, model
-    rate = max(rate, matmul_flops(), 1e9 * narrow_rates()["float32"])  # a busy moment only
-    # lowers it; keep the higher
+    later = instruction_peaks()  # a busy moment only lowers a peak; keep the higher
+    peaks = {k: max(v, later.get(k, v)) for k, v in peaks.items()}
+    f32_peak = 1e9 * peaks["float32_fma"]
     for r in records:
+        rate = 1e9 * peaks["int8_vpdpbusd"] if r["activations"] == "int8" else f32_peak
         r["matmul_floor_s"] = r["matmul_flops"] / rate
-        r["attention_floor_s"] = r["attention_flops"] / rate
+        r["attention_floor_s"] = r["attention_flops"] / f32_peak
         r["floor_s"] = r["matmul_floor_s"] + r["attention_floor_s"]
     flags = set(hardware.cpuinfo("flags").split())
     isa = ", ".join(f for f in ISA_FLAGS if f in flags) or "none of " + ", ".join(ISA_FLAGS)
@@ -200,19 +230,21 @@ def main():
     text = (
         f"# Prefill vs this machine's compute floor\n\nGenerated by "
         f"`{command_line('benchmarks.prefill_speed')}` at commit {provenance.commit()}.\n\n"
-        f"Machine: {hardware.describe()}. Instruction sets: {isa}. Prefill matmuls run "
-        f"{path}, in float32 for float32 and int8 weights alike (int8 weights are dequantized; "
-        f"the activations stay float32), so the float32 rate is the floor for both: "
-        f"{rate / 1e9:.1f} GFLOP/s (the best of a 2048^3 and a 1024 x 1536 x 8960 jitted "
-        f"float32 matmul, before and after the prefills). XLA's narrow dots at 1024 x 1536 x 8960: "
-        + ", ".join(f"{k} {v:.0f} G(FL)OP/s" for k, v in narrow.items())
-        + ". Best of " f"{args.reps} calls after a warm-up.\n\n"
+        f"Machine: {hardware.describe()}. Instruction sets: {isa}. Peaks measured by "
+        f"`benchmarks/isa_peak.cc` on every core (the higher of before and after the prefills): "
+        + ", ".join(f"{k} {v:.0f} G(FL)OP/s" for k, v in peaks.items())
+        + f". Float32 rows (float32 weights, and int8 weights dequantized in registers) run "
+        f"{path} against the float32 FMA peak; int8 weights with int8 rows "
+        f"(`prefill_activations=int8`, W8A8: the rows rounded per row, int32 sums per weight "
+        f"group, `specjax.models.quant.w8a8`) run the VNNI kernel against the vpdpbusd peak. "
+        f"The attention is float32 in every row. XLA's own dots at 1024 x 1536 x 8960, for "
+        f"comparison: " + ", ".join(f"{k} {v:.0f} G(FL)OP/s" for k, v in narrow.items())
+        + f". Best of {args.reps} calls after a warm-up.\n\n"
         f"{render(records)}\n")
     write_report(text, args.out)
     Path(args.out).with_suffix(".json").write_text(json.dumps(dict(
-        hardware=hardware.describe(), isa=isa, commit=provenance.commit(),
-        matmul_gflops=rate / 1e9, narrow_gflops=narrow, prefill_path=path, records=records),
-        indent=1))
+        hardware=hardware.describe(), isa=isa, commit=provenance.commit(), peaks=peaks,
+        narrow_gflops=narrow, prefill_path=path, records=records), indent=1))
 
 
 if __name__ == "__main__":

@@ -58,10 +58,11 @@ def _instantiate(cfg: DictConfig):
     return drafter, verifier, sampling, dataset
 
 
-def _load(name: str, weights: str = "float32"):
+def _load(name: str, weights: str = "float32", activations: str = "float32"):
     import specjax
 
-    return specjax.load_model(name, weights=weights)
+    return specjax.load_model(name, weights=weights,
+                              prefill_activations=activations if weights == "int8" else "float32")
 
 
 def weights_of(cfg: DictConfig) -> str:
@@ -88,7 +89,8 @@ def _load_models(cfg: DictConfig, drafter):
 
     needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
-        target = _load(cfg.model.target, weights_of(cfg))
+        activations = cfg.model.get("prefill_activations") or "float32"
+        target = _load(cfg.model.target, weights_of(cfg), activations)
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
@@ -97,7 +99,7 @@ def _load_models(cfg: DictConfig, drafter):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
                      and draft_weights == weights_of(cfg)
-                     else _load(cfg.model.draft, draft_weights))
+                     else _load(cfg.model.draft, draft_weights, activations))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
@@ -222,7 +224,8 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
                   "weights": weights_of(cfg),
-                  "draft_weights": draft_weights_of(cfg) if draft else None},
+                  "draft_weights": draft_weights_of(cfg) if draft else None,
+                  "prefill_activations": cfg.model.get("prefill_activations") or "float32"},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,
                     **({"auto_lookahead": auto} if auto else {})},

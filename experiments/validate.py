@@ -142,6 +142,16 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
                           "the GGUF and Hugging Face models; the toy models are exact float "
                           "tables")
+    from specjax.models.quant import ACTIVATIONS
+
+    activations = cfg.model.get("prefill_activations") or "float32"
+    if activations not in ACTIVATIONS:
+        raise ConfigError("model.prefill_activations", f"unknown value {activations!r}; "
+                          f"allowed: {', '.join(ACTIVATIONS)}")
+    if activations == "int8" and "int8" not in (weights, draft_weights):
+        raise ConfigError("model.prefill_activations", "int8 rows apply to int8 weights; set "
+                          "model.weights=int8 or model.draft_weights=int8 (got weights="
+                          f"{weights}, draft_weights={draft_weights})")
     from specjax.prompts import SUITES
 
     if cfg.dataset.suite not in SUITES:

@@ -28,7 +28,7 @@ from specjax.models.config import tiny_config
 from specjax.models.decoder import Decoder
 from specjax.models.hf import find_checkpoint
 from specjax.models.loader import MODEL_NAMES, LoadedModel, load_gguf, load_hf
-from specjax.models.quant import WEIGHT_FORMATS
+from specjax.models.quant import WEIGHT_FORMATS, check_activations
 from specjax.models.toy import ToyLoaded, load_toy
 
 
@@ -56,14 +56,17 @@ def default_weights() -> str:
 
 
 def load_model(name: str, cache_dir=None, weights: str | None = None,
-               packed: bool | None = None) -> LoadedModel | ToyLoaded:
+               packed: bool | None = None,
+               prefill_activations: str = "float32") -> LoadedModel | ToyLoaded:
     """The model called ``name`` (see the module doc for the names).
 
     ``weights="int8"`` quantizes a real model's matmul weights at load (``models.quant``):
     faster decode on CPU, a slightly different target law; ``"bfloat16"`` / ``"float16"`` store
-    them in that dtype. ``packed`` (float32 models): the layer matmuls in the CPU kernel's
-    layout; ``None`` = on the CPU backend (``Decoder``), ``False`` keeps XLA's dot (benchmarks
-    compare the two).
+    them in that dtype. ``prefill_activations="int8"`` (int8 weights only) rounds the prompt's
+    rows to int8 too in the prefill (W8A8, ``quant.w8a8``): a faster prefill on CPUs with
+    AVX-512 VNNI, a slightly different model. ``packed`` (float32 models): the layer matmuls in
+    the CPU kernel's layout; ``None`` = on the CPU backend (``Decoder``), ``False`` keeps XLA's
+    dot (benchmarks compare the two).
     """
     if not isinstance(name, str):
         raise ValueError(f"load_model: name must be a str, got {type(name).__name__}")
@@ -71,6 +74,7 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
         raise ValueError(f"load_model: weights must be one of {list(WEIGHT_FORMATS)}, "
                          f"got {weights!r}")
     prefix = next((p for p in PREFIXES if name.startswith(p)), None)
+    check_activations(prefill_activations, weights or ("float32" if prefix else default_weights()))
     if prefix is not None:
         if weights not in (None, "float32"):
             raise ValueError(f"load_model: weights={weights!r} applies to the GGUF and Hugging "
@@ -78,10 +82,14 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
         return PREFIXES[prefix](name, cache_dir)
     weights = weights or default_weights()
     if name in MODEL_NAMES or (name.endswith(".gguf") and Path(name).expanduser().is_file()):
-        return load_gguf(name, cache_dir, weights=weights, packed=packed)
-    checkpoint = find_checkpoint(name)
-    if checkpoint is not None:
-        return load_hf(checkpoint, name, weights=weights, packed=packed)
+        loaded = load_gguf(name, cache_dir, weights=weights, packed=packed)
+    elif (checkpoint := find_checkpoint(name)) is not None:
+        loaded = load_hf(checkpoint, name, weights=weights, packed=packed)
+    else:
+        loaded = None
+    if loaded is not None:
+        loaded.model.prefill_activations = prefill_activations
+        return loaded
     raise ValueError(
         f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)}, a local .gguf "
         "file, a Hugging Face checkpoint directory or a hub id in the local HF cache, or a name "

@@ -175,6 +175,10 @@ class DecoderLayer(nnx.Module):
 class Decoder(nnx.Module):
     """One sequence, no batch axis (the engine vmaps). Implements ``base.CausalLM``."""
 
+    #: The rows a prefill's int8-weight products take (``quant.ACTIVATIONS``; ``load_model``'s
+    #: ``prefill_activations``): float32 (weight-only int8) unless asked for int8 (W8A8).
+    prefill_activations = "float32"
+
     def __init__(self, config: ModelConfig, weights: dict | Decoder, *,
                  active_layers: int | None = None, weight_format: str = "float32",
                  packed: bool | None = False):
@@ -220,6 +224,7 @@ class Decoder(nnx.Module):
         self.embed_scale, self.lm_head_scale = other.embed_scale, other.lm_head_scale
         self.weight_format, self.packed = other.weight_format, other.packed
         self.packed_head = other.packed_head
+        self.prefill_activations = other.prefill_activations
 
     def _convert_weights(self, weights: dict, weight_format: str, packed: bool | None) -> None:
         """The canonical weights into this decoder's format: per-layer arrays, int8, packed or

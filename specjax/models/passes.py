@@ -49,7 +49,9 @@ def prefill(model: CausalLM, cache: Cache, prompt: Int[Array, " P"], length: Int
     # is still 0 but depends on a runtime value, so nothing is folded.
     cache = cache.replace(length=cache.length + jnp.minimum(length, 0).astype(jnp.int32))
     mask = jnp.asarray(causal_mask(P, scratch))
-    with bulk_rows():  # a whole prompt's rows: XLA's dot where it beats the kernel (quant)
+    # A whole prompt's rows: XLA's dot where it beats the kernel, int8 rows where the model asks
+    # (quant.bulk_rows).
+    with bulk_rows(getattr(model, "prefill_activations", "float32")):
         if features:
             _, h, cache = model.forward_features(prompt, pos, pos, mask, cache)
             return model.commit(cache, pos, length - 1), h

@@ -135,22 +135,87 @@ def _reference(x, w: Int8Weight | F32Weight):
 #: where its tiles are wide (AVX-512). Only the prefill takes it, for AR and speculative runs
 #: alike, so every decode and tree pass keeps the kernel's bits.
 _BULK = contextvars.ContextVar("specjax_bulk_rows", default=False)
+#: The activations a prefill's int8-weight products take (``bulk_rows``): ``ACTIVATIONS``.
+_ACTIVATIONS = contextvars.ContextVar("specjax_bulk_activations", default="float32")
+#: Allowed values of ``prefill_activations`` (``load_model``, the ``model`` config group):
+#: float32 rows (weight-only int8, the default), or int8 rows (W8A8, ``w8a8``).
+ACTIVATIONS = ("float32", "int8")
+
+
+def check_activations(activations: str, weight_format: str) -> str:
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"prefill_activations must be one of {list(ACTIVATIONS)}, "
+                         f"got {activations!r}")
+    if activations == "int8" and weight_format != "int8":
+        raise ValueError(f"prefill_activations='int8' needs int8 weights (weights='int8'), got "
+                         f"weights={weight_format!r}")
+    return activations
 
 
 @contextlib.contextmanager
-def bulk_rows():
+def bulk_rows(activations: str = "float32"):
     """Trace the products inside as many-row products (a prefill): XLA's dot where it is the
-    faster form on this CPU (``in_bulk``)."""
-    token = _BULK.set(True)
+    faster form on this CPU (``in_bulk``); int8 weights with int8 rows where ``activations``
+    is ``"int8"`` (``w8a8``)."""
+    token, act = _BULK.set(True), _ACTIVATIONS.set(activations)
     try:
         yield
     finally:
         _BULK.reset(token)
+        _ACTIVATIONS.reset(act)
 
 
 def in_bulk() -> bool:
     """Whether the products traced now leave the kernels for XLA's ``jnp`` forms."""
     return _BULK.get() and kernels.prefill_dot() == "xla"
+
+
+def quantize_activations(x: Float[Array, "*N K"], padded_k: int
+                         ) -> tuple[Array, Float[Array, "*N"]]:
+    """Rows as int8 with one scale each (symmetric absmax, as the weights), stored + 128 as
+    uint8 (the VNNI kernel's unsigned operand) and zero-padded (128) to ``padded_k`` columns."""
+    scale = jnp.maximum(jnp.abs(x).max(axis=-1), np.finfo(np.float32).tiny) / 127.0
+    xq = jnp.clip(jnp.round(x / scale[..., None]), -127, 127) + 128
+    xq = jnp.pad(xq, [(0, 0)] * (x.ndim - 1) + [(0, padded_k - x.shape[-1])], constant_values=128)
+    return xq.astype(jnp.uint8), scale
+
+
+def _w8a8_reference(u, sx, w: Int8Weight):
+    """The kernel's sums in ``jnp``: exact int32 per group, folded into float32 in group order
+    (a scan, so no ``[groups, rows, out]`` intermediate)."""
+    groups, out = w.scale.shape
+    lead, padded_k = u.shape[:-1], u.shape[-1]
+    xq = (u.reshape(-1, groups, padded_k // groups).astype(jnp.int32) - 128).astype(jnp.int8)
+    q = unpack(w.q, out, padded_k).reshape(out, groups, -1)
+
+    def group(acc, xs):
+        xg, qg, s = xs
+        part = jax.lax.dot_general(xg, qg, (((1,), (1,)), ((), ())),
+                                   preferred_element_type=jnp.int32)
+        return acc + part.astype(jnp.float32) * s, None
+
+    acc0 = jnp.zeros((xq.shape[0], out), jnp.float32)
+    acc, _ = jax.lax.scan(group, acc0, (jnp.swapaxes(xq, 0, 1), jnp.swapaxes(q, 0, 1), w.scale))
+    return (acc * sx.reshape(-1, 1)).reshape(*lead, out)
+
+
+def _w8a8_kernel(u, sx, w: Int8Weight):
+    out = jax.ShapeDtypeStruct((*u.shape[:-1], w.scale.shape[-1]), jnp.float32)
+    return jax.ffi.ffi_call(kernels.Q8Q8_TARGET, out, vmap_method="expand_dims")(
+        u, sx, w.q, w.scale)
+
+
+def w8a8(x: Float[Array, "*N K"], w: Int8Weight) -> Float[Array, "*N M"]:
+    """``x @ w`` with the rows quantized too (W8A8: per-row scales, int32 sums per weight
+    group), for a prefill's many rows: on AVX-512 VNNI one instruction does 64 int8
+    multiply-adds where float32 does 16. It changes the model's numerics (the rows are
+    rounded), so it is an option (``prefill_activations``), and it touches the prompt's pass
+    only: decode and tree passes keep float32 rows, and AR and speculative runs share the
+    prefill, so speculative decoding stays exact for the model as computed."""
+    u, sx = quantize_activations(x.astype(jnp.float32), w.q.shape[-2])
+    if kernels.vnni():
+        return jax.lax.platform_dependent(u, sx, w, cpu=_w8a8_kernel, default=_w8a8_reference)
+    return _w8a8_reference(u, sx, w)
 
 
 def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
@@ -162,6 +227,8 @@ def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
         if w.dtype in (jnp.bfloat16, jnp.float16):
             return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
         return x @ w
+    if _BULK.get() and _ACTIVATIONS.get() == "int8" and isinstance(w, Int8Weight):
+        return w8a8(x, w)
     x = x.astype(jnp.float32)
     if kernels.available() and not in_bulk():
         return jax.lax.platform_dependent(x, w, cpu=_kernel, default=_reference)

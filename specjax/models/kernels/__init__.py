@@ -38,6 +38,9 @@ HEADERS = (HERE / "simd.h",)
 Q8_TARGET, F32_TARGET = "specjax_q8dot", "specjax_f32dot"
 #: FFI target: the cached decoder's attention (``models.layers.attend_cached``).
 ATTENTION_TARGET = "specjax_attention"
+#: FFI target: int8 weights x int8 rows (W8A8, ``quant.bulk_rows(activations="int8")``), built
+#: only where the CPU has AVX-512 VNNI (``vnni``).
+Q8Q8_TARGET = "specjax_q8q8dot"
 FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-w")
 
 _lock = threading.Lock()
@@ -130,7 +133,7 @@ def available() -> bool:
                 return False
             try:
                 lib = ctypes.cdll.LoadLibrary(str(build()))
-                for target in (Q8_TARGET, F32_TARGET, ATTENTION_TARGET):
+                for target in (Q8_TARGET, F32_TARGET, ATTENTION_TARGET, Q8Q8_TARGET):
                     jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, target)),
                                                 platform="cpu")
                 _state["lib"], _state["ok"] = lib, True
@@ -139,3 +142,10 @@ def available() -> bool:
                               f"slow jnp path): {err}", stacklevel=2)
                 _state["ok"] = False
         return bool(_state["ok"])
+
+
+def vnni() -> bool:
+    """Whether the int8 x int8 kernel (``Q8Q8_TARGET``) runs here: the kernels are available and
+    the CPU has AVX-512 VNNI (the native build then uses it). Elsewhere W8A8 products take
+    ``quant``'s ``jnp`` form of the same integer sums."""
+    return "avx512_vnni" in hardware.cpuinfo("flags").split() and available()

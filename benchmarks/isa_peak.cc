@@ -1,0 +1,61 @@
+// The CPU's arithmetic peak, measured: each thread runs 12 independent chains of one vector
+// instruction on registers only (no memory), so the time is the instruction's throughput x the
+// clock. Prints "<name> <G(FL)OP/s over all threads>" for float32 FMA and, where the build has
+// AVX-512 VNNI, int8 vpdpbusd (64 multiply-adds per instruction). benchmarks.prefill_speed
+// compiles it with -march=native and takes these as the prefill's compute floor.
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+constexpr int kChains = 12;
+
+template <class V, class Step>
+double Rate(long iters, V start, Step step, double ops_per_instruction) {
+  V a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = start;
+  auto t = std::chrono::steady_clock::now();
+  for (long k = 0; k < iters; ++k) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) a[i] = step(a[i]);
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  volatile V sink = a[0];  // keeps the chains
+  for (int i = 1; i < kChains; ++i) sink = a[i];
+  return iters * kChains * ops_per_instruction / s / 1e9;
+}
+
+template <class F>
+double AllThreads(int threads, F f) {
+  std::vector<double> rates(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { rates[t] = f(); });
+  for (auto& t : pool) t.join();
+  double total = 0;
+  for (double r : rates) total += r;
+  return total;
+}
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const long iters = 100000000;
+#ifdef __AVX512F__
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  auto fma = [&] { return Rate(iters, one, [&](__m512 a) { return _mm512_fmadd_ps(a, half, one); }, 32); };
+#else
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  auto fma = [&] { return Rate(iters, one, [&](__m256 a) { return _mm256_fmadd_ps(a, half, one); }, 16); };
+#endif
+  std::printf("float32_fma %.1f\n", AllThreads(threads, fma));
+#ifdef __AVX512VNNI__
+  const __m512i x = _mm512_set1_epi32(0x01010101), w = _mm512_set1_epi32(0x02020202);
+  auto dp = [&] {
+    return Rate(iters, _mm512_setzero_si512(),
+                [&](__m512i a) { return _mm512_dpbusd_epi32(a, x, w); }, 128);
+  };
+  std::printf("int8_vpdpbusd %.1f\n", AllThreads(threads, dp));
+#endif
+}

@@ -1,0 +1,127 @@
+"""int8 rows times int8 weights (W8A8, ``quant.w8a8``), the prefill option
+``prefill_activations="int8"``: the VNNI kernel and the ``jnp`` form against the integer sums
+computed in NumPy (int64, then float64), and the engine's exactness with it (greedy
+speculative decoding equals autoregressive decoding when both prefill with int8 rows)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from exactness import DEC_PROMPTS, FAST, GREEDY, tiny_decoder
+
+from specjax import generate, load_model
+from specjax.drafters import ModelDrafter
+from specjax.models import kernels, quant
+from specjax.models.passes import JittedPasses
+from specjax.models.toy import ToyLoaded
+
+# (rows, in, out): one row, odd sizes with a padded group and a partial block, a tile remainder
+# (13 = 6 + 7 rows), and a prefill-like wide one
+SHAPES = [(1, 64, 32), (7, 100, 45), (13, 200, 70), (40, 256, 300)]
+needs_vnni = pytest.mark.skipif(not kernels.vnni(), reason="no AVX-512 VNNI on this CPU")
+
+
+def exact(u: np.ndarray, sx: np.ndarray, w: quant.Int8Weight) -> np.ndarray:
+    """sx[r] * sum_g scale[g, o] * sum_{k in g} xq[r, k] q[o, k], the sums in int64."""
+    groups, out = w.scale.shape
+    kp = w.q.shape[-2]
+    o, k = np.meshgrid(np.arange(out), np.arange(kp), indexing="ij")
+    q = np.asarray(w.q)[o // 32, k, o % 32].astype(np.int64)  # the packed layout's definition
+    xq = u.reshape(len(u), groups, -1).astype(np.int64) - 128
+    ints = np.einsum("ngk,ogk->gno", xq, q.reshape(out, groups, -1))
+    return (ints * np.asarray(w.scale, np.float64)[:, None, :]).sum(0) * sx[:, None]
+
+
+def case(rows, K, out, seed=0):
+    rng = np.random.default_rng(seed)
+    w = quant.quantize(rng.standard_normal((K, out)).astype(np.float32))
+    x = rng.standard_normal((rows, K)).astype(np.float32) * rng.uniform(0.1, 10, (rows, 1))
+    u, sx = quant.quantize_activations(jnp.asarray(x, jnp.float32), w.q.shape[-2])
+    return x, w, u, sx
+
+
+def test_rows_are_rounded_per_row_within_half_a_step():
+    x, w, u, sx = case(5, 100, 8)
+    u, sx = np.asarray(u), np.asarray(sx)
+    assert u.dtype == np.uint8 and u.shape == (5, w.q.shape[-2])
+    assert np.all(u[:, 100:] == 128)  # padding is a zero row entry
+    back = (u[:, :100].astype(np.float64) - 128) * sx[:, None]
+    assert np.all(np.abs(back - x) <= 0.5 * sx[:, None] * (1 + 1e-6))
+    assert np.all(np.abs(u.astype(int) - 128).max(axis=1) == 127)  # absmax maps to 127
+
+
+@pytest.mark.parametrize("rows, K, out", SHAPES)
+def test_jnp_form_gives_the_integer_sums(rows, K, out):
+    _, w, u, sx = case(rows, K, out)
+    got = np.asarray(jax.jit(quant._w8a8_reference)(u, sx, w))
+    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+@needs_vnni
+@pytest.mark.parametrize("rows, K, out", SHAPES)
+def test_vnni_kernel_gives_the_integer_sums(rows, K, out):
+    _, w, u, sx = case(rows, K, out)
+    got = np.asarray(jax.jit(quant._w8a8_kernel)(u, sx, w))
+    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+@needs_vnni
+def test_vnni_kernel_under_vmap_takes_every_row():
+    _, w, u, sx = case(12, 128, 40)
+    f = jax.vmap(quant._w8a8_kernel, in_axes=(0, 0, None))
+    got = np.asarray(f(u.reshape(3, 4, -1), sx.reshape(3, 4), w)).reshape(12, 40)
+    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+def test_linear_takes_int8_rows_only_inside_a_prefill_that_asks():
+    x, w, _, _ = case(9, 128, 40)
+    x = jnp.asarray(x)
+    plain = np.asarray(jax.jit(lambda x, w: quant.linear(x, w))(x, w))
+
+    def bulk(activations):  # a new function each time: jit caches a trace by function
+        with quant.bulk_rows(activations):
+            return np.asarray(jax.jit(lambda x, w: quant.linear(x, w))(x, w))
+
+    np.testing.assert_array_equal(bulk("float32"), plain) if kernels.prefill_dot() == "kernel" \
+        else np.testing.assert_allclose(bulk("float32"), plain, rtol=1e-5, atol=1e-4)
+    w8a8 = bulk("int8")
+    assert not np.array_equal(w8a8, plain)  # the rows were rounded
+    np.testing.assert_allclose(w8a8, plain, rtol=0, atol=0.03 * np.abs(plain).max())
+
+
+def test_bad_values_are_refused_naming_the_field():
+    with pytest.raises(ValueError, match="prefill_activations must be one of"):
+        quant.check_activations("int4", "int8")
+    with pytest.raises(ValueError, match="needs int8 weights"):
+        load_model("toy-target", prefill_activations="int8")
+
+
+@pytest.fixture(scope="module")
+def w8a8_target():
+    model = tiny_decoder("int8", seed=0)
+    model.prefill_activations = "int8"
+    return ToyLoaded(name="tiny-target", model=model)
+
+
+def test_prefill_with_int8_rows_changes_the_prompts_cache(w8a8_target):
+    prompt = jnp.asarray(DEC_PROMPTS[2], jnp.int32)
+    n = len(DEC_PROMPTS[2])
+    w8a8 = JittedPasses(w8a8_target.model, FAST).prefill(
+        JittedPasses(w8a8_target.model, FAST).init_cache(32, n), prompt, n)
+    plain = tiny_decoder("int8", seed=0)
+    ref = JittedPasses(plain, FAST).prefill(JittedPasses(plain, FAST).init_cache(32, n), prompt, n)
+    pairs = zip(jax.tree.leaves(w8a8), jax.tree.leaves(ref), strict=True)
+    assert any(x.dtype == jnp.float32 and not np.array_equal(x, y) for x, y in pairs)
+
+
+@pytest.mark.parametrize("L", [1, 3])
+def test_greedy_speculative_equals_autoregressive_with_int8_rows(w8a8_target, L):
+    draft = ToyLoaded(name="tiny-draft", model=tiny_decoder("int8", seed=1))
+    kw = dict(sampling=GREEDY, max_new_tokens=8, progress=False, compiler_options=FAST)
+    ar = generate(w8a8_target, DEC_PROMPTS, **kw)
+    sd = generate(w8a8_target, DEC_PROMPTS, draft=draft, drafter=ModelDrafter(K=1, L=L),
+                  verifier="token", **kw)
+    assert sd.tokens == ar.tokens
