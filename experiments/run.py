@@ -61,8 +61,7 @@ def _instantiate(cfg: DictConfig):
 def _load(name: str, weights: str = "float32", activations: str = "float32"):
     import specjax
 
-    return specjax.load_model(name, weights=weights,
-                              prefill_activations=activations if weights == "int8" else "float32")
+    return specjax.load_model(name, weights=weights, prefill_activations=activations)
 
 
 def weights_of(cfg: DictConfig) -> str:
@@ -83,13 +82,26 @@ def draft_weights_of(cfg: DictConfig) -> str:
     return cfg.model.get("draft_weights") or weights_of(cfg)
 
 
+def activations_of(cfg: DictConfig) -> tuple[str, str]:
+    """(target, draft) ``prefill_activations``: the target's as set (float32 by default: its
+    numerics are the output law); the draft's as set, else int8 where the draft has int8 weights
+    and the VNNI kernel runs here, since a draft's numerics change only its acceptance."""
+    from specjax.models import kernels
+
+    target = cfg.model.get("prefill_activations") or "float32"
+    draft = cfg.model.get("draft_prefill_activations")
+    if draft is None:
+        draft = "int8" if draft_weights_of(cfg) == "int8" and kernels.vnni() else "float32"
+    return target, draft
+
+
 def _load_models(cfg: DictConfig, drafter):
     """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
     from specjax.drafters import ModelDrafter
 
     needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
-        activations = cfg.model.get("prefill_activations") or "float32"
+        activations, draft_activations = activations_of(cfg)
         target = _load(cfg.model.target, weights_of(cfg), activations)
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
@@ -98,8 +110,8 @@ def _load_models(cfg: DictConfig, drafter):
     if needs_draft and cfg.model.get("draft"):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
-                     and draft_weights == weights_of(cfg)
-                     else _load(cfg.model.draft, draft_weights, activations))
+                     and draft_weights == weights_of(cfg) and draft_activations == activations
+                     else _load(cfg.model.draft, draft_weights, draft_activations))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
@@ -225,7 +237,8 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
                   "weights": weights_of(cfg),
                   "draft_weights": draft_weights_of(cfg) if draft else None,
-                  "prefill_activations": cfg.model.get("prefill_activations") or "float32"},
+                  "prefill_activations": activations_of(cfg)[0],
+                  "draft_prefill_activations": activations_of(cfg)[1] if draft else None},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,
                     **({"auto_lookahead": auto} if auto else {})},

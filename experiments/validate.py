@@ -144,14 +144,17 @@ def check_config(cfg: DictConfig) -> None:
                           "tables")
     from specjax.models.quant import ACTIVATIONS
 
-    activations = cfg.model.get("prefill_activations") or "float32"
-    if activations not in ACTIVATIONS:
-        raise ConfigError("model.prefill_activations", f"unknown value {activations!r}; "
-                          f"allowed: {', '.join(ACTIVATIONS)}")
-    if activations == "int8" and "int8" not in (weights, draft_weights):
-        raise ConfigError("model.prefill_activations", "int8 rows apply to int8 weights; set "
-                          "model.weights=int8 or model.draft_weights=int8 (got weights="
-                          f"{weights}, draft_weights={draft_weights})")
+    # The draft's weights default to the target's.
+    for field, weights_field, own in (("prefill_activations", "weights", weights),
+                                      ("draft_prefill_activations", "draft_weights",
+                                       draft_weights or weights)):
+        value = cfg.model.get(field)
+        if value is not None and value not in ACTIVATIONS:
+            raise ConfigError(f"model.{field}", f"unknown value {value!r}; allowed: "
+                              f"{', '.join(ACTIVATIONS)} (or null)")
+        if value == "int8" and own != "int8":
+            raise ConfigError(f"model.{field}", f"int8 rows need int8 weights; set "
+                              f"model.{weights_field}=int8 (got {own})")
     from specjax.prompts import SUITES
 
     if cfg.dataset.suite not in SUITES:

@@ -44,7 +44,8 @@ def test_results_file_has_a_line_per_prompt_then_the_summary(greedy_run):
     assert lines[-1]["verifier"] == "token" and lines[-1]["drafter"]["name"] == "model"
     assert lines[-1]["model"] == {"target": "toy-target", "draft": "toy-draft",
                                   "weights": "float32", "draft_weights": "float32",
-                                  "prefill_activations": "float32"}
+                                  "prefill_activations": "float32",
+                                  "draft_prefill_activations": "float32"}
     assert (run_dir / "config.yaml").exists()
     ar, spec = summary["autoregressive"], summary["speculative"]
     assert ar["num_prompts"] == spec["num_prompts"] == 3
@@ -123,6 +124,7 @@ INVALID = [
     (["drafter.draft_vocab=0"], "drafter.draft_vocab"),
     (["model.prefill_activations=int4"], "model.prefill_activations"),
     (["model.prefill_activations=int8"], "model.prefill_activations"),  # float32 weights
+    (["model.draft_prefill_activations=int8"], "model.draft_prefill_activations"),
     (["drafter=ngram", "drafter.L=auto"], "drafter.L"),  # L=auto needs a draft model's cost
     (["fallback.break_even=0.5"], "fallback.break_even"),
     (["fallback.break_even=often"], "fallback.break_even"),

@@ -50,19 +50,12 @@ def test_rows_are_rounded_per_row_within_half_a_step():
     assert np.all(np.abs(u.astype(int) - 128).max(axis=1) == 127)  # absmax maps to 127
 
 
+@pytest.mark.parametrize("form", ["jnp", pytest.param("vnni", marks=needs_vnni)])
 @pytest.mark.parametrize("rows, K, out", SHAPES)
-def test_jnp_form_gives_the_integer_sums(rows, K, out):
+def test_each_form_gives_the_integer_sums(form, rows, K, out):
     _, w, u, sx = case(rows, K, out)
-    got = np.asarray(jax.jit(quant._w8a8_reference)(u, sx, w))
-    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
-    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
-
-
-@needs_vnni
-@pytest.mark.parametrize("rows, K, out", SHAPES)
-def test_vnni_kernel_gives_the_integer_sums(rows, K, out):
-    _, w, u, sx = case(rows, K, out)
-    got = np.asarray(jax.jit(quant._w8a8_kernel)(u, sx, w))
+    f = quant._w8a8_reference if form == "jnp" else quant._w8a8_kernel
+    got = np.asarray(jax.jit(f)(u, sx, w))
     want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
 
