@@ -232,13 +232,14 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
     """The run's summary line: models, drafter, verifier, both results, speedup, regime."""
     from specjax.eval.metrics import decode_speedup, regime, speedup
 
+    activations, draft_activations = activations_of(cfg)
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
                   "weights": weights_of(cfg),
                   "draft_weights": draft_weights_of(cfg) if draft else None,
-                  "prefill_activations": activations_of(cfg)[0],
-                  "draft_prefill_activations": activations_of(cfg)[1] if draft else None},
+                  "prefill_activations": activations,
+                  "draft_prefill_activations": draft_activations if draft else None},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,
                     **({"auto_lookahead": auto} if auto else {})},

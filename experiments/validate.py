@@ -142,19 +142,17 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
                           "the GGUF and Hugging Face models; the toy models are exact float "
                           "tables")
-    from specjax.models.quant import ACTIVATIONS
+    from specjax.models.quant import check_activations
 
-    # The draft's weights default to the target's.
-    for field, weights_field, own in (("prefill_activations", "weights", weights),
-                                      ("draft_prefill_activations", "draft_weights",
-                                       draft_weights or weights)):
+    # The draft's weights default to the target's; the weights' own default is not int8.
+    for field, own in (("prefill_activations", weights),
+                       ("draft_prefill_activations", draft_weights or weights)):
         value = cfg.model.get(field)
-        if value is not None and value not in ACTIVATIONS:
-            raise ConfigError(f"model.{field}", f"unknown value {value!r}; allowed: "
-                              f"{', '.join(ACTIVATIONS)} (or null)")
-        if value == "int8" and own != "int8":
-            raise ConfigError(f"model.{field}", f"int8 rows need int8 weights; set "
-                              f"model.{weights_field}=int8 (got {own})")
+        if value is not None:
+            try:
+                check_activations(value, own or "float32")
+            except ValueError as e:
+                raise ConfigError(f"model.{field}", str(e)) from None
     from specjax.prompts import SUITES
 
     if cfg.dataset.suite not in SUITES:

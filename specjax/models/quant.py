@@ -134,11 +134,10 @@ def _reference(x, w: Int8Weight | F32Weight):
 #: once per tile of rows: right for decode and tree passes everywhere, and for a prompt too
 #: where its tiles are wide (AVX-512). Only the prefill takes it, for AR and speculative runs
 #: alike, so every decode and tree pass keeps the kernel's bits.
-_BULK = contextvars.ContextVar("specjax_bulk_rows", default=False)
-#: The activations a prefill's int8-weight products take (``bulk_rows``): ``ACTIVATIONS``.
-_ACTIVATIONS = contextvars.ContextVar("specjax_bulk_activations", default="float32")
+_BULK = contextvars.ContextVar("specjax_bulk_rows", default=None)
 #: Allowed values of ``prefill_activations`` (``load_model``, the ``model`` config group):
-#: float32 rows (weight-only int8, the default), or int8 rows (W8A8, ``w8a8``).
+#: float32 rows (weight-only int8, the default), or int8 rows (W8A8, ``w8a8``). Inside
+#: ``bulk_rows`` the context variable above holds one of them, outside it ``None``.
 ACTIVATIONS = ("float32", "int8")
 
 
@@ -157,17 +156,16 @@ def bulk_rows(activations: str = "float32"):
     """Trace the products inside as many-row products (a prefill): XLA's dot where it is the
     faster form on this CPU (``in_bulk``); int8 weights with int8 rows where ``activations``
     is ``"int8"`` (``w8a8``)."""
-    token, act = _BULK.set(True), _ACTIVATIONS.set(activations)
+    token = _BULK.set(activations)
     try:
         yield
     finally:
         _BULK.reset(token)
-        _ACTIVATIONS.reset(act)
 
 
 def in_bulk() -> bool:
     """Whether the products traced now leave the kernels for XLA's ``jnp`` forms."""
-    return _BULK.get() and kernels.prefill_dot() == "xla"
+    return _BULK.get() is not None and kernels.prefill_dot() == "xla"
 
 
 def quantize_activations(x: Float[Array, "*N K"], padded_k: int
@@ -227,7 +225,7 @@ def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
         if w.dtype in (jnp.bfloat16, jnp.float16):
             return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
         return x @ w
-    if _BULK.get() and _ACTIVATIONS.get() == "int8" and isinstance(w, Int8Weight):
+    if _BULK.get() == "int8" and isinstance(w, Int8Weight):
         return w8a8(x, w)
     x = x.astype(jnp.float32)
     if kernels.available() and not in_bulk():
