@@ -1,9 +1,13 @@
 // The CPU's arithmetic peak, measured: each thread runs 12 independent chains of one vector
 // instruction on registers only (no memory), so the time is the instruction's throughput x the
 // clock. Prints "<name> <G(FL)OP/s over all threads>" for float32 FMA and, where the build has
-// AVX-512 VNNI, int8 vpdpbusd (64 multiply-adds per instruction). benchmarks.prefill_speed
+// AVX-512 VNNI, int8 vpdpbusd (64 multiply-adds per instruction), and where it has AMX-INT8,
+// int8 tdpbusd (16 x 16 x 64 multiply-adds per instruction, 4 accumulator tiles per thread).
+// benchmarks.prefill_speed
 // compiles it with -march=native and takes these as the prefill's compute floor.
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -39,6 +43,39 @@ double AllThreads(int threads, F f) {
   return total;
 }
 
+#ifdef __AMX_INT8__
+// Linux hands a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); false where the kernel refuses.
+bool AmxPermitted() { return syscall(SYS_arch_prctl, 0x1023, 18) == 0; }
+
+struct TileConfig {
+  uint8_t palette = 1, start = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+double AmxRate(long iters) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+  alignas(64) static thread_local int8_t buf[16 * 64];
+  for (int i = 0; i < 16 * 64; ++i) buf[i] = 1;
+  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
+  auto t = std::chrono::steady_clock::now();
+  for (long k = 0; k < iters; ++k) {
+    _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  alignas(64) int32_t out[16 * 16];
+  _tile_stored(0, out, 64);
+  volatile int32_t sink = out[0];
+  (void)sink;
+  _tile_release();
+  return iters * 4 * (16.0 * 16 * 64 * 2) / s / 1e9;
+}
+#endif
+
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
   const long iters = 100000000;
@@ -57,5 +94,9 @@ int main(int argc, char** argv) {
                 [&](__m512i a) { return _mm512_dpbusd_epi32(a, x, w); }, 128);
   };
   std::printf("int8_vpdpbusd %.1f\n", AllThreads(threads, dp));
+#endif
+#ifdef __AMX_INT8__
+  if (AmxPermitted())
+    std::printf("int8_amx %.1f\n", AllThreads(threads, [&] { return AmxRate(iters / 50); }));
 #endif
 }

@@ -11,7 +11,8 @@ weight per token; the head is not run, since the last prompt token's logits come
 first decode step) plus the causal attention (4 x hd per visible (query, key) pair and head).
 The peaks are measured on the spot by ``isa_peak.cc`` (register-only chains of one
 instruction on every core): float32 FMA for float32 rows and the attention, int8 vpdpbusd
-(AVX-512 VNNI) for int8 weights with int8 rows (``prefill_activations="int8"``, W8A8).
+(AVX-512 VNNI) for int8 weights with int8 rows (``prefill_activations="int8"``, W8A8), or the
+AMX-INT8 tiles' tdpbusd where the kernel takes them (``kernels.amx``).
 
 int8 weights run both ways (``--activations``): float32 rows (weight-only, the default) and
 int8 rows where the CPU has VNNI. Every prefill is ``passes.prefill`` through ``JittedPasses``
@@ -218,8 +219,9 @@ def main():
     later = instruction_peaks()  # a busy moment only lowers a peak; keep the higher
     peaks = {k: max(v, later.get(k, v)) for k, v in peaks.items()}
     f32_peak = 1e9 * peaks["float32_fma"]
+    int8_unit = "int8_amx" if kernels.amx() and "int8_amx" in peaks else "int8_vpdpbusd"
     for r in records:
-        rate = 1e9 * peaks["int8_vpdpbusd"] if r["activations"] == "int8" else f32_peak
+        rate = 1e9 * peaks[int8_unit] if r["activations"] == "int8" else f32_peak
         r["matmul_floor_s"] = r["matmul_flops"] / rate
         r["attention_floor_s"] = r["attention_flops"] / f32_peak
         r["floor_s"] = r["matmul_floor_s"] + r["attention_floor_s"]
@@ -236,7 +238,11 @@ def main():
         + f". Float32 rows (float32 weights, and int8 weights dequantized in registers) run "
         f"{path} against the float32 FMA peak; int8 weights with int8 rows "
         f"(`prefill_activations=int8`, W8A8: the rows rounded per row, int32 sums per weight "
-        f"group, `specjax.models.quant.w8a8`) run the VNNI kernel against the vpdpbusd peak. "
+        f"group, `specjax.models.quant.w8a8`) run the W8A8 kernel against the "
+        + ("AMX tdpbusd peak (its products of 16 rows and more take AMX tiles; the per-group "
+           "fold of the int32 sums into float32, not the tiles, bounds them) "
+           if int8_unit == "int8_amx" else "vpdpbusd peak ")
+        + f"({int8_unit}). "
         f"The attention is float32 in every row. XLA's own dots at 1024 x 1536 x 8960, for "
         f"comparison: " + ", ".join(f"{k} {v:.0f} G(FL)OP/s" for k, v in narrow.items())
         + f". Best of {args.reps} calls after a warm-up.\n\n"
@@ -244,7 +250,8 @@ def main():
     write_report(text, args.out)
     Path(args.out).with_suffix(".json").write_text(json.dumps(dict(
         hardware=hardware.describe(), isa=isa, commit=provenance.commit(), peaks=peaks,
-        narrow_gflops=narrow, prefill_path=path, records=records), indent=1))
+        narrow_gflops=narrow, prefill_path=path, int8_unit=int8_unit, records=records),
+        indent=1))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ compiler flags, the jaxlib version and the CPU, so a changed machine or kernel r
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -149,3 +150,32 @@ def vnni() -> bool:
     the CPU has AVX-512 VNNI (the native build then uses it). Elsewhere W8A8 products take
     ``quant``'s ``jnp`` form of the same integer sums."""
     return "avx512_vnni" in hardware.cpuinfo("flags").split() and available()
+
+
+def amx() -> bool:
+    """Whether the W8A8 kernel's many-row products (16 rows or more) take AMX-INT8 tiles here:
+    the CPU has them, the build has the AMX form, and the AMX form is not turned off
+    (``use_amx``). Linux must also grant the tile state; where it refuses, the kernel quietly
+    runs its VNNI form (same bits)."""
+    return ("amx_int8" in hardware.cpuinfo("flags").split() and vnni()
+            and bool(_state.get("amx", True)) and _state["lib"].specjax_set_amx(1) == 1)
+
+
+@contextlib.contextmanager
+def use_amx(on: bool):
+    """Let the W8A8 kernel take AMX tiles (``on``) or keep to its VNNI form, for the calls made
+    inside (read at run time, so no recompile); both give the same bits, so this is for tests
+    and timings."""
+    if not vnni():
+        yield
+        return
+    lib, before = _state["lib"], bool(_state.get("amx", True))
+    with _lock:
+        _state["amx"] = on
+        lib.specjax_set_amx(int(on))
+    try:
+        yield
+    finally:
+        with _lock:
+            _state["amx"] = before
+            lib.specjax_set_amx(int(before))

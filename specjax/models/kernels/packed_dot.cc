@@ -31,6 +31,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "simd.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -354,11 +357,124 @@ void RestVnni(const ProblemQQ& p, const int8_t* w, const int32_t* corr, int64_t 
   }
 }
 
+#ifdef __AMX_INT8__
+// AMX-INT8 (Intel Xeon since Sapphire Rapids): one tdpbusd multiplies a tile of 16 rows x 64
+// columns of uint8 by 64 columns x 16 outputs of int8 into 16 x 16 int32 sums, 16384
+// multiply-adds, where vpdpbusd does 64 (an Intel Xeon family 6 model 167, one core: ~6.0
+// TOP/s against ~0.88, benchmarks/isa_peak.cc). The repacked block above is already the B
+// operand's layout (rows of 4 columns x 16 outputs, one half block at a stride of 128 bytes).
+// A panel of 32 rows x the block is 2 x 2 tiles (each row tile and weight tile loaded once
+// serves two products). One group of 64 columns is one product per tile; its int32 sums leave
+// the tiles through memory and are folded into float32 totals (also in memory, 4 KB) by the
+// same chain as TileVnni's, so a row's result is bit for bit the VNNI form's. That fold per
+// group (the weights' scales), not the tile arithmetic, bounds the rate: on that Xeon a
+// 1024 x 1536 x 8960 product ran at ~0.9 TOP/s with 16-row tiles and ~1.5-2 with the panel,
+// against ~0.64 for the VNNI form. Rows come 32 at a time (a short last panel is copied into
+// a buffer padded with zero rows).
+constexpr int kAmxRows = 32;
+
+struct TileConfig {
+  uint8_t palette = 1, start = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Linux hands a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA = 18); refused (old kernel, small signal stacks), the VNNI form runs.
+bool AmxPermitted() {
+  static const bool ok = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  return ok;
+}
+
+std::atomic<bool> amx_enabled{true};  // specjax_set_amx: tests compare both forms
+
+bool UseAmx(const ProblemQQ& p) {
+  return p.group == 64 && p.rows >= 16 && amx_enabled.load(std::memory_order_relaxed) &&
+         AmxPermitted();
+}
+
+// Tiles 0-3 sums (row tile i, half h at 2i + h), 4-5 rows, 6-7 weights; all 16 x 64 bytes.
+void ConfigureAmx() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
+  _tile_loadconfig(&cfg);
+}
+
+// Rows [r0, r0 + rows <= 32) (x: their first, ldx apart, 32 readable) x block b (w: repacked).
+void PanelAmx(const ProblemQQ& p, const uint8_t* x, int64_t ldx, const int8_t* w,
+              const int32_t* corr, int64_t r0, int64_t b, int64_t rows) {
+  alignas(64) int32_t sums[4][16 * 16];
+  alignas(64) float acc[kAmxRows][kBlock];
+  for (auto& row : acc)
+    for (int h = 0; h < 2; ++h) _mm512_store_ps(row + h * 16, _mm512_setzero_ps());
+  const int64_t n = std::min(kBlock, p.outputs - b * kBlock);
+  const int halves = n > 16 ? 2 : 1;
+  for (int64_t g = 0; g < p.k / 64; ++g) {
+    const uint8_t* xg = x + g * 64;
+    const int8_t* wg = w + g * 64 * kBlock;
+#ifndef SPECJAX_AMX_NOPF
+    if ((g + 2) * 64 < p.k)  // the rows' lines two groups on, from L2 (strided: no prefetcher)
+      for (int r = 0; r < kAmxRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(xg + r * ldx + 128), _MM_HINT_T0);
+#endif
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, xg, ldx);
+    _tile_loadd(5, xg + 16 * ldx, ldx);
+    _tile_loadd(6, wg, 2 * 64);
+    _tile_loadd(7, wg + 64, 2 * 64);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    _tile_dpbusd(2, 5, 6);
+    _tile_dpbusd(3, 5, 7);
+    _tile_stored(0, sums[0], 64);
+    _tile_stored(1, sums[1], 64);
+    _tile_stored(2, sums[2], 64);
+    _tile_stored(3, sums[3], 64);
+    for (int h = 0; h < halves; ++h) {
+      const __m512i c = _mm512_loadu_si512(corr + g * kBlock + h * 16);
+      const __m512 sc = LoadScales(p.scale + g * p.outputs + b * kBlock + h * 16, n - h * 16);
+      for (int i = 0; i < 2; ++i)
+        for (int r = 0; r < 16; ++r) {
+          float* a = acc[i * 16 + r] + h * 16;
+          const __m512i v = _mm512_add_epi32(_mm512_load_si512(sums[2 * i + h] + r * 16), c);
+          _mm512_store_ps(a, Fma(_mm512_cvtepi32_ps(v), sc, _mm512_load_ps(a)));
+        }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int h = 0; h < halves; ++h)
+      Store(p.y + (r0 + r) * p.outputs + b * kBlock + h * 16,
+            _mm512_mul_ps(_mm512_load_ps(acc[r] + h * 16), Splat(p.sx[r0 + r])), n - h * 16);
+}
+
+void BlocksAmx(const ProblemQQ& p, int64_t lo, int64_t hi, int8_t* w, int32_t* corr) {
+  ConfigureAmx();
+  thread_local std::vector<uint8_t> last;  // the short last panel's rows, padded with zero rows
+  const int64_t full = p.rows / kAmxRows * kAmxRows, left = p.rows - full;
+  if (left) {
+    last.assign(kAmxRows * p.k, 128);
+    std::memcpy(last.data(), p.x + full * p.k, left * p.k);
+  }
+  for (int64_t b = lo; b < hi; ++b) {
+    RepackVnni(p.q + b * p.k * kBlock, p.k, p.group, w, corr);
+    for (int64_t r = 0; r < full; r += kAmxRows) PanelAmx(p, p.x + r * p.k, p.k, w, corr, r, b, kAmxRows);
+    if (left) PanelAmx(p, last.data(), p.k, w, corr, full, b, left);
+  }
+  _tile_release();
+}
+#else
+bool UseAmx(const ProblemQQ&) { return false; }
+void BlocksAmx(const ProblemQQ&, int64_t, int64_t, int8_t*, int32_t*) {}
+#endif
+
 void Blocks(const ProblemQQ& p, int64_t lo, int64_t hi) {
   thread_local std::vector<int8_t> w;
   thread_local std::vector<int32_t> corr;
   w.resize(p.k * kBlock);
   corr.resize(p.k / p.group * kBlock);
+  if (UseAmx(p)) return BlocksAmx(p, lo, hi, w.data(), corr.data());
   const int64_t tiles = (p.rows + kRowsVnni - 1) / kRowsVnni;
   for (int64_t b = lo; b < hi; ++b) {
     RepackVnni(p.q + b * p.k * kBlock, p.k, p.group, w.data(), corr.data());
@@ -503,6 +619,18 @@ ffi::Error Q8Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer sx, ff
 }
 
 }  // namespace
+
+// Whether the W8A8 kernel may take AMX tiles where the CPU and kernel allow them (tests run the
+// VNNI form on the same machine to compare). Returns whether this build has the AMX form.
+extern "C" int specjax_set_amx(int on) {
+#ifdef __AMX_INT8__
+  amx_enabled.store(on != 0);
+  return 1;
+#else
+  (void)on;
+  return 0;
+#endif
+}
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(specjax_q8dot, Q8Dot,
                               ffi::Ffi::Bind()

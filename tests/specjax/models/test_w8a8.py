@@ -19,6 +19,7 @@ from specjax.models.toy import ToyLoaded
 # (13 = 6 + 7 rows), and a prefill-like wide one
 SHAPES = [(1, 64, 32), (7, 100, 45), (13, 200, 70), (40, 256, 300)]
 needs_vnni = pytest.mark.skipif(not kernels.vnni(), reason="no AVX-512 VNNI on this CPU")
+needs_amx = pytest.mark.skipif(not kernels.amx(), reason="no AMX-INT8 on this CPU")
 
 
 def exact(u: np.ndarray, sx: np.ndarray, w: quant.Int8Weight) -> np.ndarray:
@@ -58,6 +59,26 @@ def test_each_form_gives_the_integer_sums(form, rows, K, out):
     got = np.asarray(jax.jit(f)(u, sx, w))
     want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+
+
+# 16+ rows take AMX tiles where the CPU has them: a panel of 32, a short last panel of 17 and
+# of 31 rows (one and two row tiles), a partial last block (45, 200 outputs), many groups
+AMX_SHAPES = [(16, 64, 32), (17, 100, 45), (63, 256, 300), (70, 1536, 200)]
+
+
+@needs_amx
+@pytest.mark.parametrize("rows, K, out", AMX_SHAPES)
+def test_amx_tiles_give_the_integer_sums_and_the_vnni_forms_bits(rows, K, out):
+    _, w, u, sx = case(rows, K, out, seed=rows)
+    with kernels.use_amx(True):
+        amx = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(u, sx, w))
+    with kernels.use_amx(False):
+        vnni = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(u, sx, w))
+    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
+    np.testing.assert_allclose(amx, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+    # the same integer sums folded by the same float32 chain: the same bits, so a prompt's
+    # logits do not depend on which form the CPU takes
+    np.testing.assert_array_equal(amx, vnni)
 
 
 @needs_vnni
