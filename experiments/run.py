@@ -58,10 +58,12 @@ def _instantiate(cfg: DictConfig):
     return drafter, verifier, sampling, dataset
 
 
-def _load(name: str, weights: str = "float32", activations: str = "float32"):
+def _load(name: str, weights: str = "float32", activations: str = "float32",
+          decode_activations: str = "float32"):
     import specjax
 
-    return specjax.load_model(name, weights=weights, prefill_activations=activations)
+    return specjax.load_model(name, weights=weights, prefill_activations=activations,
+                              decode_activations=decode_activations)
 
 
 def weights_of(cfg: DictConfig) -> str:
@@ -95,6 +97,13 @@ def activations_of(cfg: DictConfig) -> tuple[str, str]:
     return target, draft
 
 
+def decode_activations_of(cfg: DictConfig) -> tuple[str, str]:
+    """(target, draft) ``decode_activations``: as set, float32 by default (the target's
+    numerics are the output law; a draft's would move its acceptance only)."""
+    return (cfg.model.get("decode_activations") or "float32",
+            cfg.model.get("draft_decode_activations") or "float32")
+
+
 def _load_models(cfg: DictConfig, drafter):
     """Target, and the draft only for the draft-model drafter (shared when the names agree)."""
     from specjax.drafters import ModelDrafter
@@ -102,7 +111,8 @@ def _load_models(cfg: DictConfig, drafter):
     needs_draft = isinstance(drafter, ModelDrafter)  # GreedyDrafter too
     try:
         activations, draft_activations = activations_of(cfg)
-        target = _load(cfg.model.target, weights_of(cfg), activations)
+        decode, draft_decode = decode_activations_of(cfg)
+        target = _load(cfg.model.target, weights_of(cfg), activations, decode)
     except ValueError as e:
         raise ConfigError("model.target", str(e)) from None
     draft = None
@@ -111,7 +121,8 @@ def _load_models(cfg: DictConfig, drafter):
         try:
             draft = (target if cfg.model.draft == cfg.model.target
                      and draft_weights == weights_of(cfg) and draft_activations == activations
-                     else _load(cfg.model.draft, draft_weights, draft_activations))
+                     and draft_decode == decode
+                     else _load(cfg.model.draft, draft_weights, draft_activations, draft_decode))
         except ValueError as e:
             raise ConfigError("model.draft", str(e)) from None
     check_models(target, draft, needs_draft)
@@ -233,13 +244,16 @@ def _summary(cfg: DictConfig, run_dir: Path, draft, drafter, verifier, spec, ar,
     from specjax.eval.metrics import decode_speedup, regime, speedup
 
     activations, draft_activations = activations_of(cfg)
+    decode, draft_decode = decode_activations_of(cfg)
     summary = {
         "run_name": cfg.run_name, "run_dir": str(run_dir),
         "model": {"target": cfg.model.target, "draft": cfg.model.draft if draft else None,
                   "weights": weights_of(cfg),
                   "draft_weights": draft_weights_of(cfg) if draft else None,
                   "prefill_activations": activations,
-                  "draft_prefill_activations": draft_activations if draft else None},
+                  "draft_prefill_activations": draft_activations if draft else None,
+                  "decode_activations": decode,
+                  "draft_decode_activations": draft_decode if draft else None},
         "drafter": {"name": type(drafter).__module__.rsplit(".", 1)[-1],
                     **OmegaConf.to_container(cfg.drafter, resolve=True), "L": drafter.L,
                     **({"auto_lookahead": auto} if auto else {})},

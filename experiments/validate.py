@@ -146,11 +146,13 @@ def check_config(cfg: DictConfig) -> None:
 
     # The draft's weights default to the target's; the weights' own default is not int8.
     for field, own in (("prefill_activations", weights),
-                       ("draft_prefill_activations", draft_weights or weights)):
+                       ("draft_prefill_activations", draft_weights or weights),
+                       ("decode_activations", weights),
+                       ("draft_decode_activations", draft_weights or weights)):
         value = cfg.model.get(field)
         if value is not None:
             try:
-                check_activations(value, own or "float32")
+                check_activations(value, own or "float32", field)
             except ValueError as e:
                 raise ConfigError(f"model.{field}", str(e)) from None
     from specjax.prompts import SUITES

@@ -57,14 +57,18 @@ def default_weights() -> str:
 
 def load_model(name: str, cache_dir=None, weights: str | None = None,
                packed: bool | None = None,
-               prefill_activations: str = "float32") -> LoadedModel | ToyLoaded:
+               prefill_activations: str = "float32",
+               decode_activations: str = "float32") -> LoadedModel | ToyLoaded:
     """The model called ``name`` (see the module doc for the names).
 
     ``weights="int8"`` quantizes a real model's matmul weights at load (``models.quant``):
     faster decode on CPU, a slightly different target law; ``"bfloat16"`` / ``"float16"`` store
     them in that dtype. ``prefill_activations="int8"`` (int8 weights only) rounds the prompt's
     rows to int8 too in the prefill (W8A8, ``quant.w8a8``): a faster prefill on CPUs with
-    AVX-512 VNNI, a slightly different model. ``packed`` (float32 models): the layer matmuls in
+    AVX-512 VNNI, a slightly different model. ``decode_activations="int8"`` does the same in
+    every other pass (decode, tree and draft passes alike, so speculative decoding stays exact
+    for that model): a tree pass of a few rows then costs little more than a decode step.
+    ``packed`` (float32 models): the layer matmuls in
     the CPU kernel's layout; ``None`` = on the CPU backend (``Decoder``), ``False`` keeps XLA's
     dot (benchmarks compare the two).
     """
@@ -74,7 +78,9 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
         raise ValueError(f"load_model: weights must be one of {list(WEIGHT_FORMATS)}, "
                          f"got {weights!r}")
     prefix = next((p for p in PREFIXES if name.startswith(p)), None)
-    check_activations(prefill_activations, weights or ("float32" if prefix else default_weights()))
+    own = weights or ("float32" if prefix else default_weights())
+    check_activations(prefill_activations, own)
+    check_activations(decode_activations, own, "decode_activations")
     if prefix is not None:
         if weights not in (None, "float32"):
             raise ValueError(f"load_model: weights={weights!r} applies to the GGUF and Hugging "
@@ -89,6 +95,7 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
         loaded = None
     if loaded is not None:
         loaded.model.prefill_activations = prefill_activations
+        loaded.model.decode_activations = decode_activations
         return loaded
     raise ValueError(
         f"load_model: unknown model name={name!r}; allowed: {list(MODEL_NAMES)}, a local .gguf "

@@ -52,6 +52,7 @@ from specjax.models.quant import (
     Int8Weight,
     linear,
     pack_float32,
+    pass_rows,
     quantize,
     quantize_rows,
     rows,
@@ -178,6 +179,9 @@ class Decoder(nnx.Module):
     #: The rows a prefill's int8-weight products take (``quant.ACTIVATIONS``; ``load_model``'s
     #: ``prefill_activations``): float32 (weight-only int8) unless asked for int8 (W8A8).
     prefill_activations = "float32"
+    #: The rows of every other pass's int8-weight products (decode, tree, draft passes and the
+    #: uncached reference, ``quant.pass_rows``; ``load_model``'s ``decode_activations``).
+    decode_activations = "float32"
 
     def __init__(self, config: ModelConfig, weights: dict | Decoder, *,
                  active_layers: int | None = None, weight_format: str = "float32",
@@ -225,6 +229,7 @@ class Decoder(nnx.Module):
         self.weight_format, self.packed = other.weight_format, other.packed
         self.packed_head = other.packed_head
         self.prefill_activations = other.prefill_activations
+        self.decode_activations = other.decode_activations
 
     def _convert_weights(self, weights: dict, weight_format: str, packed: bool | None) -> None:
         """The canonical weights into this decoder's format: per-layer arrays, int8, packed or
@@ -427,16 +432,18 @@ class Decoder(nnx.Module):
         mask: Bool[Array, "N S"],
         cache: KVCache,
     ) -> tuple[Float[Array, "N V"], KVCache]:
-        x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
-        return self._head(x), cache
+        with pass_rows(self.decode_activations):
+            x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
+            return self._head(x), cache
 
     def forward_features(self, tokens, positions, slots, mask, cache: KVCache
                          ) -> tuple[Float[Array, "N V"], Float[Array, "N D"], KVCache]:
         """``forward`` that also returns each node's feature (``features_of``), for drafters
         that read the target's hidden states; the computation is the same."""
-        x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
-        h = self.features_of(x)
-        return self.read_out(h), h, cache
+        with pass_rows(self.decode_activations):
+            x, cache = self._forward_hidden(tokens, positions, slots, mask, cache)
+            h = self.features_of(x)
+            return self.read_out(h), h, cache
 
     def _forward_hidden(self, tokens, positions, slots, mask, cache: KVCache):
         return self.layers_forward(self.embed_rows(tokens), positions, slots, mask, cache)
@@ -491,7 +498,8 @@ class Decoder(nnx.Module):
 
     def logits(self, tokens: Int[Array, " T"]) -> Float[Array, "T V"]:
         """Full causal forward without a cache (positions 0..T-1); the equivalence reference."""
-        return self._head(self.hidden(tokens))
+        with pass_rows(self.decode_activations):
+            return self._head(self.hidden(tokens))
 
     def hidden(self, tokens: Int[Array, " T"]) -> Float[Array, "T D"]:
         """The residual stream after the last layer (before the final norm), uncached; with

@@ -135,20 +135,39 @@ def _reference(x, w: Int8Weight | F32Weight):
 #: where its tiles are wide (AVX-512). Only the prefill takes it, for AR and speculative runs
 #: alike, so every decode and tree pass keeps the kernel's bits.
 _BULK = contextvars.ContextVar("specjax_bulk_rows", default=None)
-#: Allowed values of ``prefill_activations`` (``load_model``, the ``model`` config group):
-#: float32 rows (weight-only int8, the default), or int8 rows (W8A8, ``w8a8``). Inside
-#: ``bulk_rows`` the context variable above holds one of them, outside it ``None``.
+#: Allowed values of ``prefill_activations`` and ``decode_activations`` (``load_model``, the
+#: ``model`` config group): float32 rows (weight-only int8, the default), or int8 rows (W8A8,
+#: ``w8a8``). Inside ``bulk_rows`` the context variable above holds one of them, outside it
+#: ``None``.
 ACTIVATIONS = ("float32", "int8")
+#: The rows of the products traced outside a prefill (``pass_rows``: decode, tree and draft
+#: passes, the uncached reference), ``decode_activations``.
+_PASS = contextvars.ContextVar("specjax_pass_rows", default="float32")
 
 
-def check_activations(activations: str, weight_format: str) -> str:
+def check_activations(activations: str, weight_format: str,
+                      field: str = "prefill_activations") -> str:
     if activations not in ACTIVATIONS:
-        raise ValueError(f"prefill_activations must be one of {list(ACTIVATIONS)}, "
-                         f"got {activations!r}")
+        raise ValueError(f"{field} must be one of {list(ACTIVATIONS)}, got {activations!r}")
     if activations == "int8" and weight_format != "int8":
-        raise ValueError(f"prefill_activations='int8' needs int8 weights (weights='int8'), got "
+        raise ValueError(f"{field}='int8' needs int8 weights (weights='int8'), got "
                          f"weights={weight_format!r}")
     return activations
+
+
+@contextlib.contextmanager
+def pass_rows(activations: str = "float32"):
+    """Trace the products inside (a decode, tree or draft pass, outside any ``bulk_rows``)
+    with int8 rows where ``activations`` is ``"int8"`` (``w8a8``, every int8 weight: the
+    layers and the head). Every pass of a model must take the same rows, so that a token's
+    logits do not depend on which pass scored it: the W8A8 kernel's rows are independent
+    (exact int32 sums, one float32 chain per row), and a decode of one row, a tree of nine and
+    the uncached reference agree bit for bit."""
+    token = _PASS.set(activations)
+    try:
+        yield
+    finally:
+        _PASS.reset(token)
 
 
 @contextlib.contextmanager
@@ -168,14 +187,21 @@ def in_bulk() -> bool:
     return _BULK.get() is not None and kernels.prefill_dot() == "xla"
 
 
+#: The rows' absmax floor: an all-zero row gets a finite reciprocal (127 / the floor).
+ROW_FLOOR = 1e-30
+
+
 def quantize_activations(x: Float[Array, "*N K"], padded_k: int
                          ) -> tuple[Array, Float[Array, "*N"]]:
     """Rows as int8 with one scale each (symmetric absmax, as the weights), stored + 128 as
-    uint8 (the VNNI kernel's unsigned operand) and zero-padded (128) to ``padded_k`` columns."""
-    scale = jnp.maximum(jnp.abs(x).max(axis=-1), np.finfo(np.float32).tiny) / 127.0
-    xq = jnp.clip(jnp.round(x / scale[..., None]), -127, 127) + 128
+    uint8 (the VNNI kernel's unsigned operand) and zero-padded (128) to ``padded_k`` columns.
+    One reciprocal per row, then a product per entry (not a division): the kernel quantizes
+    its rows itself (``_w8a8_kernel``) by these very operations, so both give the same bytes."""
+    amax = jnp.maximum(jnp.abs(x).max(axis=-1), np.float32(ROW_FLOOR))
+    inv = np.float32(127.0) / amax
+    xq = jnp.clip(jnp.round(x * inv[..., None]), -127, 127) + 128
     xq = jnp.pad(xq, [(0, 0)] * (x.ndim - 1) + [(0, padded_k - x.shape[-1])], constant_values=128)
-    return xq.astype(jnp.uint8), scale
+    return xq.astype(jnp.uint8), amax / np.float32(127.0)
 
 
 def _w8a8_reference(u, sx, w: Int8Weight):
@@ -197,23 +223,28 @@ def _w8a8_reference(u, sx, w: Int8Weight):
     return (acc * sx.reshape(-1, 1)).reshape(*lead, out)
 
 
-def _w8a8_kernel(u, sx, w: Int8Weight):
-    out = jax.ShapeDtypeStruct((*u.shape[:-1], w.scale.shape[-1]), jnp.float32)
+def _w8a8_kernel(x, w: Int8Weight):
+    """The kernel quantizes the float32 rows itself (``quantize_activations``' operations)."""
+    out = jax.ShapeDtypeStruct((*x.shape[:-1], w.scale.shape[-1]), jnp.float32)
     return jax.ffi.ffi_call(kernels.Q8Q8_TARGET, out, vmap_method="expand_dims")(
-        u, sx, w.q, w.scale)
+        x, w.q, w.scale)
+
+
+def _w8a8_jnp(x, w: Int8Weight):
+    return _w8a8_reference(*quantize_activations(x, w.q.shape[-2]), w)
 
 
 def w8a8(x: Float[Array, "*N K"], w: Int8Weight) -> Float[Array, "*N M"]:
     """``x @ w`` with the rows quantized too (W8A8: per-row scales, int32 sums per weight
-    group), for a prefill's many rows: on AVX-512 VNNI one instruction does 64 int8
-    multiply-adds where float32 does 16. It changes the model's numerics (the rows are
-    rounded), so it is an option (``prefill_activations``), and it touches the prompt's pass
-    only: decode and tree passes keep float32 rows, and AR and speculative runs share the
-    prefill, so speculative decoding stays exact for the model as computed."""
-    u, sx = quantize_activations(x.astype(jnp.float32), w.q.shape[-2])
+    group): on AVX-512 VNNI one instruction does 64 int8 multiply-adds where float32 does 16,
+    on AMX tiles 16384. It changes the model's numerics (the rows are rounded), so it is an
+    option, per kind of pass: ``prefill_activations`` (the prompt's pass, which AR and
+    speculative runs share) and ``decode_activations`` (every decode, tree and draft pass
+    alike, ``pass_rows``), so speculative decoding stays exact for the model as computed."""
+    x = x.astype(jnp.float32)
     if kernels.vnni():
-        return jax.lax.platform_dependent(u, sx, w, cpu=_w8a8_kernel, default=_w8a8_reference)
-    return _w8a8_reference(u, sx, w)
+        return jax.lax.platform_dependent(x, w, cpu=_w8a8_kernel, default=_w8a8_jnp)
+    return _w8a8_jnp(x, w)
 
 
 def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
@@ -225,7 +256,7 @@ def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
         if w.dtype in (jnp.bfloat16, jnp.float16):
             return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
         return x @ w
-    if _BULK.get() == "int8" and isinstance(w, Int8Weight):
+    if isinstance(w, Int8Weight) and (_BULK.get() or _PASS.get()) == "int8":
         return w8a8(x, w)
     x = x.astype(jnp.float32)
     if kernels.available() and not in_bulk():

@@ -76,3 +76,19 @@ def tiny_decoder(weight_format="float32", packed=False, seed=1):
                           packed=packed)
 
 
+def decoder_law(model, prompt, n):
+    """Exact law of the first n sampled tokens (T = 1) of a decoder, by enumeration."""
+    logits = jax.jit(model.logits)
+    T = len(prompt) + n
+
+    def law(ctx):
+        padded = jnp.asarray(list(ctx) + [0] * (T - len(ctx)), jnp.int32)
+        x = np.asarray(logits(padded), np.float64)[len(ctx) - 1]
+        w = np.exp(x - x.max())
+        return w / w.sum()
+
+    out = {(): 1.0}
+    for _ in range(n):
+        out = {s + (t,): pr * pt for s, pr in out.items()
+               for t, pt in enumerate(law(list(prompt) + list(s)))}
+    return out

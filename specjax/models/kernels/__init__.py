@@ -154,28 +154,31 @@ def vnni() -> bool:
 
 def amx() -> bool:
     """Whether the W8A8 kernel's many-row products (16 rows or more) take AMX-INT8 tiles here:
-    the CPU has them, the build has the AMX form, and the AMX form is not turned off
-    (``use_amx``). Linux must also grant the tile state; where it refuses, the kernel quietly
-    runs its VNNI form (same bits)."""
+    the CPU has them and the build has the AMX form. Linux must also grant the tile state;
+    where it refuses, the kernel quietly runs its VNNI form (the same bits)."""
     return ("amx_int8" in hardware.cpuinfo("flags").split() and vnni()
-            and bool(_state.get("amx", True)) and _state["lib"].specjax_set_amx(1) == 1)
+            and _state["lib"].specjax_set_amx(int(_state.get("amx", True))) == 1)
 
 
 @contextlib.contextmanager
-def use_amx(on: bool):
-    """Let the W8A8 kernel take AMX tiles (``on``) or keep to its VNNI form, for the calls made
-    inside (read at run time, so no recompile); both give the same bits, so this is for tests
-    and timings."""
+def w8a8_forms(amx: bool = True, few_rows: bool = True):
+    """Which forms the W8A8 kernel may take for the calls made inside (read at run time, so no
+    recompile): AMX tiles for many rows (``amx``), and the stored block read directly for a
+    few rows (``few_rows``; off: through the rearranged copy, as many rows on VNNI). Every
+    form gives the same bits, so this is for tests and timings."""
     if not vnni():
         yield
         return
-    lib, before = _state["lib"], bool(_state.get("amx", True))
+    lib = _state["lib"]
+    before = (bool(_state.get("amx", True)), bool(_state.get("few_rows", True)))
     with _lock:
-        _state["amx"] = on
-        lib.specjax_set_amx(int(on))
+        _state["amx"], _state["few_rows"] = amx, few_rows
+        lib.specjax_set_amx(int(amx))
+        lib.specjax_set_few_rows(int(few_rows))
     try:
         yield
     finally:
         with _lock:
-            _state["amx"] = before
-            lib.specjax_set_amx(int(before))
+            _state["amx"], _state["few_rows"] = before
+            lib.specjax_set_amx(int(before[0]))
+            lib.specjax_set_few_rows(int(before[1]))

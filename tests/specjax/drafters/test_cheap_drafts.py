@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ from exactness import (
     GREEDY,
     PROMPT,
     SEEDS,
+    decoder_law,
     tiny_decoder,
     toy_fit,
     uncached_greedy,
@@ -116,24 +116,6 @@ def test_greedy_equals_autoregressive_with_cheap_drafts(tiny_pair, weight_format
     assert res.tokens == ref
 
 
-def _decoder_law(model, prompt, n):
-    """Exact law of the first n sampled tokens (T = 1) of a decoder, by enumeration."""
-    logits = jax.jit(model.logits)
-    T = len(prompt) + n
-
-    def law(ctx):
-        padded = jnp.asarray(list(ctx) + [0] * (T - len(ctx)), jnp.int32)
-        x = np.asarray(logits(padded), np.float64)[len(ctx) - 1]
-        w = np.exp(x - x.max())
-        return w / w.sum()
-
-    out = {(): 1.0}
-    for _ in range(n):
-        out = {s + (t,): pr * pt for s, pr in out.items()
-               for t, pt in enumerate(law(list(prompt) + list(s)))}
-    return out
-
-
 @pytest.mark.slow  # ~50 s on 2 cores; the default suite keeps the cut law (toy pair) and int8
 def test_int8_cut_draft_beside_float32_target_sampled_law_matches(tiny_pair):  # greedy == AR
     """Two tokens (one block of L = 2 per step: the accept and the reject paths) from a float32
@@ -145,7 +127,7 @@ def test_int8_cut_draft_beside_float32_target_sampled_law_matches(tiny_pair):  #
                    drafter=ModelDrafter(K=1, L=2, draft_vocab=24), verifier="token",
                    sampling=Sampling(temperature=1.0), max_new_tokens=2, seed=3, progress=False,
                    compiler_options=FAST)
-    fit = chi_square(Counter(tuple(t) for t in res.tokens), _decoder_law(target.model, prompt, 2))
+    fit = chi_square(Counter(tuple(t) for t in res.tokens), decoder_law(target.model, prompt, 2))
     assert fit.passes(FPR), fit
     assert fit.df > 20  # enough cells that the test has power
 
