@@ -2,7 +2,8 @@
 
 ``ModelDrafter`` (a separate small model; ``AdaptiveDrafter``: the same with a draft length
 that stops at low draft confidence; ``DynamicTreeDrafter``: K paths, each grown while its
-cumulative draft confidence stays above a threshold), ``NgramDrafter`` (prompt lookup, one-hot q),
+cumulative draft confidence stays above a threshold), ``NgramDrafter`` (prompt lookup, one-hot q;
+``HybridDrafter``: lookup where the context has a match, the draft model otherwise),
 ``EarlyExitDrafter`` (the target's first n layers), ``GreedyDrafter`` (Hu et al.'s greedy
 multi-drafting on a draft model), ``EagleDrafter`` / ``MedusaDrafter`` (trained heads on the
 target's features, ``specjax-train``; ``trained``: what they share, and loading their weights).
@@ -16,13 +17,15 @@ from specjax.drafters.dynamic_tree import DynamicTreeDrafter
 from specjax.drafters.eagle import EagleDrafter
 from specjax.drafters.early_exit import EarlyExitDrafter
 from specjax.drafters.greedy import GreedyDrafter
+from specjax.drafters.hybrid import HybridDrafter
 from specjax.drafters.medusa import MedusaDrafter
 from specjax.drafters.model import ModelDrafter
 from specjax.drafters.ngram import NgramDrafter
 
 DRAFTERS = {"model": ModelDrafter, "ngram": NgramDrafter, "early_exit": EarlyExitDrafter,
             "greedy": GreedyDrafter, "eagle": EagleDrafter, "medusa": MedusaDrafter,
-            "adaptive": AdaptiveDrafter, "dynamic_tree": DynamicTreeDrafter}
+            "adaptive": AdaptiveDrafter, "dynamic_tree": DynamicTreeDrafter,
+            "hybrid": HybridDrafter}
 
 
 def get_drafter(name: str, **options) -> Drafter:
@@ -32,5 +35,5 @@ def get_drafter(name: str, **options) -> Drafter:
 
 
 __all__ = ["DRAFTERS", "AdaptiveDrafter", "Drafter", "DynamicTreeDrafter", "EagleDrafter",
-           "EarlyExitDrafter", "GreedyDrafter", "MedusaDrafter", "ModelDrafter", "NgramDrafter",
-           "get_drafter"]
+           "EarlyExitDrafter", "GreedyDrafter", "HybridDrafter", "MedusaDrafter", "ModelDrafter",
+           "NgramDrafter", "get_drafter"]

@@ -37,7 +37,7 @@ def test_drafters_declare_their_structure():
     assert {n: c.draft_structure for n, c in DRAFTERS.items()} == {
         "model": IID, "early_exit": IID, "ngram": DETERMINISTIC, "greedy": GREEDY,
         "eagle": IID, "medusa": IID, "adaptive": STOPPED,
-        "dynamic_tree": STOPPED}
+        "dynamic_tree": STOPPED, "hybrid": DETERMINISTIC}
 
 
 @pytest.mark.parametrize("drafter_name, verifier_name, K", PAIRS)
