@@ -72,7 +72,7 @@ def time_breakdown(loop: DecodeLoop, tstate, dstate, prompts, lengths, keys, *, 
                     verifier_ms=0.0)
     else:
         def propose(ts, ds, st):
-            return jax.vmap(lambda s: loop.propose(models(ts, ds)[1], s))(st)
+            return per_sequence(lambda s: loop.propose(models(ts, ds)[1], s), st)
 
         def score(ts, st, drafts):
             target = nnx.merge(loop.target_graph, ts)

@@ -270,10 +270,12 @@ class DecodeLoop:
         """One speculative step for the whole batch; ``resync``: the draft first reads the
         tokens that autoregressive steps emitted without it (``decode.fallback``)."""
         if resync:
-            st = st.replace(drafter_state=jax.vmap(
+            st = st.replace(drafter_state=per_sequence(
                 lambda s: self.drafter.resync(dmodel, s.drafter_state, s.history, s.n,
-                                              scratch=self.draft_scratch))(st))
-        drafts, q, ds = jax.vmap(lambda s: self.propose(dmodel, s))(st)
+                                              scratch=self.draft_scratch), st))
+        # per_sequence: a drafter's own branches (the hybrid's lookup or model draft) run only
+        # the branch taken at batch 1
+        drafts, q, ds = per_sequence(lambda s: self.propose(dmodel, s), st)
 
         def scored(nodes):
             return lambda: jax.vmap(lambda s, d: self.score(target, s, d, nodes))(st, drafts)
