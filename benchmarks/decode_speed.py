@@ -44,7 +44,7 @@ from benchmarks.timing import matmuls_alone_ms, median_ms
 from specjax import load_model
 from specjax.models.loader import MODEL_NAMES
 from specjax.models.passes import JittedPasses
-from specjax.models.quant import WEIGHT_FORMATS
+from specjax.models.quant import WEIGHT_FORMATS, pass_rows
 from specjax.platform import hardware, provenance
 from specjax.platform.probes import XLA_CPU_SETTINGS, copy_bandwidth, matmul_flops, read_bandwidth
 
@@ -52,6 +52,10 @@ PROMPT = 128
 TREES = ((1, 8), (4, 2), (3, 8), (4, 8))
 BATCHES = (4, 16)
 SETTINGS = XLA_CPU_SETTINGS  # measured side by side
+
+
+#: ``--weights`` value: int8 weights with int8 rows in every pass (``decode_activations``).
+INT8_ROWS = "int8-rows"
 
 
 def bench_passes(jp: JittedPasses, V: int, reps: int, max_len: int) -> dict:
@@ -147,8 +151,11 @@ def main():
     parser.add_argument("--max-len", type=int, default=512,
                         help="committed KV slots (the engine sizes its cache to prompt + new)")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
-    parser.add_argument("--weights", nargs="+", default=["float32"], choices=list(WEIGHT_FORMATS),
-                        help="int8 rows are judged against their own bytes (1 per parameter)")
+    parser.add_argument("--weights", nargs="+", default=["float32"],
+                        choices=[*WEIGHT_FORMATS, INT8_ROWS],
+                        help="int8 rows are judged against their own bytes (1 per parameter); "
+                             f"{INT8_ROWS}: int8 weights with int8 rows in every pass (W8A8, "
+                             "decode_activations=int8)")
     parser.add_argument("--layouts", nargs="+", default=["packed", "xla"],
                         choices=["packed", "xla"],
                         help="float32 layer matmuls through the packed CPU kernel (load_model's "
@@ -179,8 +186,13 @@ def main():
         runs = [(n, w, lay) for n in args.models for w in args.weights
                 for lay in (args.layouts if w == "float32" else ["packed"])]
         for name, weights, layout in runs:
-            model = load_model(name, weights=weights, packed=layout == "packed")
-            label = (f"{name} ({weights})" if weights != "float32" else
+            rows8 = weights == INT8_ROWS
+            model = load_model(name, weights="int8" if rows8 else weights,
+                               packed=layout == "packed",
+                               **(dict(prefill_activations="int8", decode_activations="int8")
+                                  if rows8 else {}))
+            label = (f"{name} (int8, int8 rows)" if rows8 else
+                     f"{name} ({weights})" if weights != "float32" else
                      f"{name} (XLA dot)" if layout == "xla" else name)
             measured = {}
             for s in settings:
@@ -197,9 +209,10 @@ def main():
                                        for s in settings}))
                 print(timings[-1], flush=True)
             print(f"{label}: timing the matmuls alone ...", flush=True)
-            alone = {n: matmuls_alone_ms(model.model, n, reps)
-                     for n in sorted({tokens_of(t["pass_"]) for t in timings
-                                        if t["model"] == label})}
+            with pass_rows("int8" if rows8 else "float32"):  # read as the alone chain traces
+                alone = {n: matmuls_alone_ms(model.model, n, reps)
+                         for n in sorted({tokens_of(t["pass_"]) for t in timings
+                                            if t["model"] == label})}
             for t in timings:
                 if t["model"] == label:
                     t["ms_matmuls"] = alone[tokens_of(t["pass_"])]

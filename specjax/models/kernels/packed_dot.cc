@@ -253,12 +253,16 @@ struct Progress {
   std::atomic<int64_t> done{0};                     // blocks finished
 };
 
-// int8 weights x int8 rows (W8A8), for a prefill's many rows on CPUs with AVX-512 VNNI
-// (specjax_q8q8dot: y[r, o] = sx[r] * sum_g scale[g, o] * sum_{k in g} xq[r, k] * q[o, k], the
-// sums over a group in int32, exactly). The rows come quantized (models.quant: per row, absmax
-// over 127, stored as xq + 128 in uint8, since vpdpbusd multiplies unsigned by signed bytes;
-// 128 x the group's column sum is taken back off each int32 sum). Why: a prefill is bound by
-// arithmetic, and one vpdpbusd does 64 multiply-adds where a float32 FMA does 16.
+// int8 weights x int8 rows (W8A8) on CPUs with AVX-512 VNNI (specjax_q8q8dot: y[r, o] = sx[r] *
+// sum_g scale[g, o] * sum_{k in g} xq[r, k] * q[o, k], the sums over a group in int32,
+// exactly). The handler quantizes the float32 rows first (QuantizeRows: per row, absmax over
+// 127, stored as xq + 128 in uint8, since vpdpbusd multiplies unsigned by signed bytes; 128 x
+// the group's column sum is taken back off each int32 sum). Why: a prefill is bound by
+// arithmetic, and one vpdpbusd does 64 multiply-adds where a float32 FMA does 16; a tree pass
+// of a few rows with float32 rows is bound by the conversions of the weights to float32.
+// Three forms, all with the same integer sums and the same float32 chain per row, so the same
+// bits for a row whatever the rows beside it: AMX tiles for 16 rows and more where the CPU has
+// them (BlocksAmx), the stored block read directly for up to 11 rows (FewVnni), and otherwise:
 //
 // Each block's weights are rearranged once per call into vpdpbusd's operand order (for 4
 // columns, each output's 4 weights adjacent: 64 bytes per half block) in a per-thread buffer,
