@@ -2,7 +2,8 @@
 // instruction on registers only (no memory), so the time is the instruction's throughput x the
 // clock. Prints "<name> <G(FL)OP/s over all threads>" for float32 FMA and, where the build has
 // AVX-512 VNNI, int8 vpdpbusd (64 multiply-adds per instruction), and where it has AMX-INT8,
-// int8 tdpbusd (16 x 16 x 64 multiply-adds per instruction, 4 accumulator tiles per thread).
+// int8 tdpbusd (16 x 16 x 64 multiply-adds per instruction, 4 accumulator tiles per thread) and,
+// with AMX-BF16, bfloat16 tdpbf16ps (16 x 16 x 32).
 // benchmarks.prefill_speed
 // compiles it with -march=native and takes these as the prefill's compute floor.
 #include <immintrin.h>
@@ -54,6 +55,7 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
+template <bool kBf16>
 double AmxRate(long iters) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
@@ -64,6 +66,13 @@ double AmxRate(long iters) {
   _tile_loadd(4, buf, 64); _tile_loadd(5, buf, 64); _tile_loadd(6, buf, 64); _tile_loadd(7, buf, 64);
   auto t = std::chrono::steady_clock::now();
   for (long k = 0; k < iters; ++k) {
+#ifdef __AMX_BF16__
+    if constexpr (kBf16) {  // 16 x 16 x 32 bfloat16 multiply-adds into float32
+      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+      continue;
+    }
+#endif
     _tile_dpbusd(0, 4, 6); _tile_dpbusd(1, 4, 7); _tile_dpbusd(2, 5, 6); _tile_dpbusd(3, 5, 7);
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -72,7 +81,7 @@ double AmxRate(long iters) {
   volatile int32_t sink = out[0];
   (void)sink;
   _tile_release();
-  return iters * 4 * (16.0 * 16 * 64 * 2) / s / 1e9;
+  return iters * 4 * (16.0 * 16 * (kBf16 ? 32 : 64) * 2) / s / 1e9;
 }
 #endif
 
@@ -96,7 +105,11 @@ int main(int argc, char** argv) {
   std::printf("int8_vpdpbusd %.1f\n", AllThreads(threads, dp));
 #endif
 #ifdef __AMX_INT8__
-  if (AmxPermitted())
-    std::printf("int8_amx %.1f\n", AllThreads(threads, [&] { return AmxRate(iters / 50); }));
+  if (AmxPermitted()) {
+    std::printf("int8_amx %.1f\n", AllThreads(threads, [&] { return AmxRate<false>(iters / 50); }));
+#ifdef __AMX_BF16__
+    std::printf("bf16_amx %.1f\n", AllThreads(threads, [&] { return AmxRate<true>(iters / 50); }));
+#endif
+  }
 #endif
 }

@@ -159,7 +159,8 @@ def prefill_s(jp: JittedPasses, V: int, tokens: int, reps: int) -> float:
 
 
 def label(r: dict) -> str:
-    return r["weights"] + (" (int8 rows)" if r.get("activations") == "int8" else "")
+    act = r.get("activations")
+    return r["weights"] + (f" ({act} rows)" if act in ("int8", "bfloat16") else "")
 
 
 def render(records: list[dict]) -> str:
@@ -188,7 +189,8 @@ def main():
                         choices=list(WEIGHT_FORMATS))
     parser.add_argument("--activations", nargs="+", default=list(ACTIVATIONS),
                         choices=list(ACTIVATIONS),
-                        help="rows of the int8-weight prefills (int8 needs AVX-512 VNNI)")
+                        help="rows of the prefills: int8 for int8 weights (needs AVX-512 VNNI), "
+                             "bfloat16 for float32 weights")
     parser.add_argument("--tokens", nargs="+", type=int, default=[256, 1024, 2048])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--out", default="paper_repro/results/prefill_cpu.md")
@@ -198,9 +200,13 @@ def main():
     narrow = narrow_rates()
     print(f"peaks {peaks}; XLA's dots at 1024 x 1536 x 8960: "
           + ", ".join(f"{k} {v:.0f}" for k, v in narrow.items()), flush=True)
-    activations = [a for a in args.activations if a == "float32" or kernels.vnni()]
+    int8_rows = [a for a in args.activations if a == "float32" or (a == "int8" and kernels.vnni())]
+    float_rows = [a for a in args.activations if a in ("float32", "bfloat16")] or ["float32"]
+    if "float32" not in float_rows:
+        float_rows.insert(0, "float32")  # the baseline every ratio is taken against
     variants = [(w, a) for w in args.weights
-                for a in (activations if w == "int8" else ["float32"])]
+                for a in (int8_rows if w == "int8" else float_rows if w == "float32"
+                          else ["float32"])]
     records = []
     for name in args.models:
         for weights, act in variants:
@@ -220,8 +226,10 @@ def main():
     peaks = {k: max(v, later.get(k, v)) for k, v in peaks.items()}
     f32_peak = 1e9 * peaks["float32_fma"]
     int8_unit = "int8_amx" if kernels.amx() and "int8_amx" in peaks else "int8_vpdpbusd"
+    bf16_unit = "bf16_amx" if "bf16_amx" in peaks else "float32_fma"
     for r in records:
-        rate = 1e9 * peaks[int8_unit] if r["activations"] == "int8" else f32_peak
+        rate = 1e9 * peaks[{"int8": int8_unit, "bfloat16": bf16_unit}.get(r["activations"],
+                                                                         "float32_fma")]
         r["matmul_floor_s"] = r["matmul_flops"] / rate
         r["attention_floor_s"] = r["attention_flops"] / f32_peak
         r["floor_s"] = r["matmul_floor_s"] + r["attention_floor_s"]
@@ -242,7 +250,9 @@ def main():
         + ("AMX tdpbusd peak (its products of 16 rows and more take AMX tiles; the per-group "
            "fold of the int32 sums into float32, not the tiles, bounds them) "
            if int8_unit == "int8_amx" else "vpdpbusd peak ")
-        + f"({int8_unit}). "
+        + f"({int8_unit}). float32 weights with bfloat16 rows (`prefill_activations="
+        f"bfloat16`, `quant.bf16_dot`: XLA's bfloat16 dot on the weights unpacked and rounded "
+        f"per call) against {bf16_unit}. "
         f"The attention is float32 in every row. XLA's own dots at 1024 x 1536 x 8960, for "
         f"comparison: " + ", ".join(f"{k} {v:.0f} G(FL)OP/s" for k, v in narrow.items())
         + f". Best of {args.reps} calls after a warm-up.\n\n"

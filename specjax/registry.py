@@ -65,7 +65,9 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
     faster decode on CPU, a slightly different target law; ``"bfloat16"`` / ``"float16"`` store
     them in that dtype. ``prefill_activations="int8"`` (int8 weights only) rounds the prompt's
     rows to int8 too in the prefill (W8A8, ``quant.w8a8``): a faster prefill on CPUs with
-    AVX-512 VNNI, a slightly different model. ``decode_activations="int8"`` does the same in
+    AVX-512 VNNI, a slightly different model; ``prefill_activations="bfloat16"`` (float32
+    weights) computes a float32 model's prefill in bfloat16 (``quant.bf16_dot``: AMX-BF16 or
+    AVX512-BF16 units where XLA finds them), also another model. ``decode_activations="int8"`` does the same in
     every other pass (decode, tree and draft passes alike, so speculative decoding stays exact
     for that model): a tree pass of a few rows then costs little more than a decode step.
     ``packed`` (float32 models): the layer matmuls in

@@ -135,11 +135,14 @@ def _reference(x, w: Int8Weight | F32Weight):
 #: where its tiles are wide (AVX-512). Only the prefill takes it, for AR and speculative runs
 #: alike, so every decode and tree pass keeps the kernel's bits.
 _BULK = contextvars.ContextVar("specjax_bulk_rows", default=None)
-#: Allowed values of ``prefill_activations`` and ``decode_activations`` (``load_model``, the
-#: ``model`` config group): float32 rows (weight-only int8, the default), or int8 rows (W8A8,
-#: ``w8a8``). Inside ``bulk_rows`` the context variable above holds one of them, outside it
-#: ``None``.
-ACTIVATIONS = ("float32", "int8")
+#: Allowed values of ``prefill_activations`` (``load_model``, the ``model`` config group):
+#: float32 rows (the default), int8 rows for int8 weights (W8A8, ``w8a8``), or bfloat16 for float32
+#: weights (``bf16_dot``: the rows and the weights rounded to bfloat16, float32 sums). Inside
+#: ``bulk_rows`` the context variable above holds one of them, outside it ``None``.
+ACTIVATIONS = ("float32", "int8", "bfloat16")
+#: Allowed values of ``decode_activations``: every decode and tree pass must take one numerics,
+#: and bfloat16 rows buy nothing there (a few rows are bound by the weights' bytes).
+PASS_ACTIVATIONS = ("float32", "int8")
 #: The rows of the products traced outside a prefill (``pass_rows``: decode, tree and draft
 #: passes, the uncached reference), ``decode_activations``.
 _PASS = contextvars.ContextVar("specjax_pass_rows", default="float32")
@@ -147,10 +150,14 @@ _PASS = contextvars.ContextVar("specjax_pass_rows", default="float32")
 
 def check_activations(activations: str, weight_format: str,
                       field: str = "prefill_activations") -> str:
-    if activations not in ACTIVATIONS:
-        raise ValueError(f"{field} must be one of {list(ACTIVATIONS)}, got {activations!r}")
+    allowed = ACTIVATIONS if field.endswith("prefill_activations") else PASS_ACTIVATIONS
+    if activations not in allowed:
+        raise ValueError(f"{field} must be one of {list(allowed)}, got {activations!r}")
     if activations == "int8" and weight_format != "int8":
         raise ValueError(f"{field}='int8' needs int8 weights (weights='int8'), got "
+                         f"weights={weight_format!r}")
+    if activations == "bfloat16" and weight_format != "float32":
+        raise ValueError(f"{field}='bfloat16' needs float32 weights (weights='float32'), got "
                          f"weights={weight_format!r}")
     return activations
 
@@ -174,7 +181,8 @@ def pass_rows(activations: str = "float32"):
 def bulk_rows(activations: str = "float32"):
     """Trace the products inside as many-row products (a prefill): XLA's dot where it is the
     faster form on this CPU (``in_bulk``); int8 weights with int8 rows where ``activations``
-    is ``"int8"`` (``w8a8``)."""
+    is ``"int8"`` (``w8a8``); float32 weights in bfloat16 where it is ``"bfloat16"``
+    (``bf16_dot``)."""
     token = _BULK.set(activations)
     try:
         yield
@@ -247,11 +255,28 @@ def w8a8(x: Float[Array, "*N K"], w: Int8Weight) -> Float[Array, "*N M"]:
     return _w8a8_jnp(x, w)
 
 
+def bf16_dot(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
+    """``x @ w`` for float32 weights (an ``F32Weight`` or an ``[in, out]`` array) with both
+    sides rounded to bfloat16 and the sums in float32: XLA's bfloat16 dot runs on the CPU's
+    bfloat16 units (AMX-BF16, AVX512-BF16) where it has them, for a prefill's many rows. The
+    packed weights are unpacked and rounded once per call (a prompt's rows pay for it many
+    times over). It changes the model's numerics: an option (``prefill_activations``)."""
+    if isinstance(w, F32Weight):
+        dense = unpack(w.w, w.out, x.shape[-1]).astype(jnp.bfloat16)  # [out, K]
+        return jax.lax.dot_general(x.astype(jnp.bfloat16), dense, (((x.ndim - 1,), (1,)), ((), ())),
+                                   preferred_element_type=jnp.float32)
+    return jnp.matmul(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16),
+                      preferred_element_type=jnp.float32)
+
+
 def linear(x: Float[Array, "N K"], w) -> Float[Array, "N M"]:
     """``x @ w``: a float32 ``[in, out]`` array through XLA's dot, an ``F32Weight`` or an
     ``Int8Weight`` through the packed kernel (or ``jnp`` where it is not available). A bfloat16
     or float16 array multiplies ``x`` rounded to its dtype and accumulates in float32, as
     mixed-precision inference does on accelerators (no float32 copy of the weights)."""
+    if _BULK.get() == "bfloat16" and (isinstance(w, F32Weight) or (
+            not isinstance(w, Int8Weight) and w.dtype == jnp.float32)):
+        return bf16_dot(x, w)
     if not isinstance(w, Int8Weight | F32Weight):
         if w.dtype in (jnp.bfloat16, jnp.float16):
             return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
