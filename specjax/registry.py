@@ -67,9 +67,10 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
     rows to int8 too in the prefill (W8A8, ``quant.w8a8``): a faster prefill on CPUs with
     AVX-512 VNNI, a slightly different model; ``prefill_activations="bfloat16"`` (float32
     weights) computes a float32 model's prefill in bfloat16 (``quant.bf16_dot``: AMX-BF16 or
-    AVX512-BF16 units where XLA finds them), also another model. ``decode_activations="int8"`` does the same in
-    every other pass (decode, tree and draft passes alike, so speculative decoding stays exact
-    for that model): a tree pass of a few rows then costs little more than a decode step.
+    AVX512-BF16 units where XLA finds them), also another model. ``decode_activations="int8"``
+    rounds the rows of every other pass to int8 (decode, tree and draft passes alike, so
+    speculative decoding stays exact for that model): a tree pass of a few rows then costs
+    little more than a decode step.
     ``packed`` (float32 models): the layer matmuls in
     the CPU kernel's layout; ``None`` = on the CPU backend (``Decoder``), ``False`` keeps XLA's
     dot (benchmarks compare the two).
