@@ -39,7 +39,8 @@ def setup(summary: dict, cfg: dict) -> str:
     drafter = f"{d['name']} L={d['L']}" + (f", {m['draft_weights']} draft"
                                            if m.get("draft") else "")
     return (f"{m['weights']} target{' (' + rows + ')' if rows else ''}; {drafter}; "
-            f"T={cfg['sampling']['temperature']}; n={summary['speculative']['num_prompts']}")
+            f"T={cfg['sampling']['temperature']}; n={summary['speculative']['num_prompts']}; "
+            f"{summary.get('timing_repeats', 1)} repeats")
 
 
 def main(argv=None):

@@ -143,7 +143,7 @@ def main():
             prefill_activations={"float32": "float32", "bfloat16": "bfloat16"}.get(act, "int8"),
             decode_activations="int8" if act == "all" else "float32")
         ms[act], _ = per_token_ms(q8, prompt, args.tokens)
-        print(f"int8 ({act} rows): {ms[act]:.1f} ms/token", flush=True)
+        print(f"{act}: {ms[act]:.1f} ms/token", flush=True)
         agree[act] = agreement(q8, sequences, reference)
         del q8
         gc.collect()

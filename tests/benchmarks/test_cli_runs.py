@@ -22,7 +22,7 @@ def fake_run(path, prompt_id, ar_s, sd_s):
                                                        in_loop_step_ms=110.0)},
                    autoregressive=side, speedup=1.25, decode_speedup=1.5,
                    speedup_interval=[1.1, 1.4], decode_speedup_interval=[1.2, 1.8],
-                   speedup_sign_flip_p=0.0078125)
+                   speedup_sign_flip_p=0.0078125, timing_repeats=2)
     prompt = dict(type="prompt", id=prompt_id, autoregressive=dict(wall_time_s=ar_s),
                   speculative=dict(wall_time_s=sd_s))
     (path / "results.jsonl").write_text(json.dumps(prompt) + "\n" + json.dumps(summary) + "\n")
@@ -37,7 +37,8 @@ def test_the_table_holds_the_runs_numbers(tmp_path):
                    "--runs", f"a={tmp_path / 'a'}", f"b={tmp_path / 'b'}", "--alone", "a=b",
                    "--out", str(out)])
     text = out.read_text()
-    assert "| a | int8 target (int8 rows: prefill); ngram L=6; T=0.0; n=1 | 10.0 | 12.5 |" in text
+    assert ("| a | int8 target (int8 rows: prefill); ngram L=6; T=0.0; n=1; 2 repeats | 10.0 | "
+            "12.5 |") in text
     assert "1.25x [1.10, 1.40] | 1.50x [1.20, 1.80] | 0.00781 | 2.50 |" in text
     assert "| a | p/1 | 6.00 | 5.00 | 1.200 | 5.00 | 4.00 | 1.250 |" in text
     assert "| a | 1.0 | 100.0 | 2.0 | 103.0 | 110.0 | 66.7 | 1.65 | 2.50 |" in text

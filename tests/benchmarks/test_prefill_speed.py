@@ -24,3 +24,14 @@ def test_render_labels_int8_rows_and_divides_by_the_float32_prefill():
     assert cells[-1] == "0.50"  # 2.0 / 4.0
     assert cells[5] == "0.50"  # floor 1.0 over prefill 2.0
     assert cells[7] == "0.80"  # matmul floor 0.8 over matmuls alone 1.0
+
+
+def test_the_ratio_divides_by_the_float32_rows_prefill_not_bfloat16_rows():
+    common = dict(model="m", tokens=8, matmuls_s=1.0, attention_s=0.5, floor_s=1.0,
+                  matmul_floor_s=0.8, attention_floor_s=0.2)
+    text = render([dict(common, weights="float32", activations="float32", prefill_s=4.0),
+                   dict(common, weights="float32", activations="bfloat16", prefill_s=2.0),
+                   dict(common, weights="int8", activations="int8", prefill_s=1.0)])
+    rows = [[c.strip() for c in row.split("|")[1:-1]] for row in text.splitlines()[2:]]
+    assert rows[1][1] == "float32 (bfloat16 rows)" and rows[1][-1] == "0.50"
+    assert rows[2][-1] == "0.25"  # 1.0 / 4.0, not / 2.0
