@@ -45,7 +45,9 @@ def test_results_file_has_a_line_per_prompt_then_the_summary(greedy_run):
     assert lines[-1]["model"] == {"target": "toy-target", "draft": "toy-draft",
                                   "weights": "float32", "draft_weights": "float32",
                                   "prefill_activations": "float32",
-                                  "draft_prefill_activations": "float32"}
+                                  "draft_prefill_activations": "float32",
+                                  "decode_activations": "float32",
+                                  "draft_decode_activations": "float32"}
     assert (run_dir / "config.yaml").exists()
     ar, spec = summary["autoregressive"], summary["speculative"]
     assert ar["num_prompts"] == spec["num_prompts"] == 3
