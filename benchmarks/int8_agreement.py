@@ -39,6 +39,13 @@ from benchmarks.timing import per_token_ms
 from specjax.platform import hardware, provenance
 
 SUITES = ("humaneval", "gsm8k", "alpaca", "mt_bench")
+#: ``--activations`` value: (weights, prefill_activations, decode_activations, table label).
+VARIANTS = {
+    "float32": ("int8", "float32", "float32", "int8"),
+    "int8": ("int8", "int8", "float32", "int8, int8 rows in the prefill (W8A8)"),
+    "all": ("int8", "int8", "int8", "int8, int8 rows in every pass (W8A8 prefill, decode, tree)"),
+    "bfloat16": ("float32", "bfloat16", "float32", "float32, bfloat16 prefill"),
+}
 
 
 def float32_greedy(model, n: int, tokens: int) -> dict[str, list[tuple[list[int], list[int]]]]:
@@ -112,7 +119,7 @@ def main():
     parser.add_argument("--n", type=int, default=8, help="prompts per suite")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--activations", nargs="+", default=["float32"],
-                        choices=["float32", "int8", "all", "bfloat16"],
+                        choices=list(VARIANTS),
                         help="rows of the int8 model (int8: W8A8 prefill; all: every pass), or "
                              "bfloat16: the float32 model with a bfloat16 prefill")
     parser.add_argument("--sequences", help="JSON file to keep / reuse the float32 continuations")
@@ -138,19 +145,16 @@ def main():
     gc.collect()
     agree, ms = {}, {}
     for act in args.activations:
-        q8 = specjax.load_model(
-            args.model, weights="float32" if act == "bfloat16" else "int8",
-            prefill_activations={"float32": "float32", "bfloat16": "bfloat16"}.get(act, "int8"),
-            decode_activations="int8" if act == "all" else "float32")
+        weights, prefill, decode, _ = VARIANTS[act]
+        q8 = specjax.load_model(args.model, weights=weights, prefill_activations=prefill,
+                                decode_activations=decode)
         ms[act], _ = per_token_ms(q8, prompt, args.tokens)
         print(f"{act}: {ms[act]:.1f} ms/token", flush=True)
         agree[act] = agreement(q8, sequences, reference)
         del q8
         gc.collect()
 
-    names = {"float32": "int8", "int8": "int8, int8 rows in the prefill (W8A8)",
-             "all": "int8, int8 rows in every pass (W8A8 prefill, decode, tree)",
-             "bfloat16": "float32, bfloat16 prefill"}
+    names = {act: label for act, (*_, label) in VARIANTS.items()}
     lines = [
         "# int8 weights (weight-only, one scale per output and 64 columns) and narrower rows vs "
         "float32", "",

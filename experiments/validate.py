@@ -142,17 +142,18 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError("model.draft_weights", f"draft_weights={draft_weights} applies to "
                           "the GGUF and Hugging Face models; the toy models are exact float "
                           "tables")
-    from specjax.models.quant import check_activations
+    from specjax.models.quant import ACTIVATIONS, PASS_ACTIVATIONS, check_activations
 
     # The draft's weights default to the target's; the weights' own default is not int8.
-    for field, own in (("prefill_activations", weights),
-                       ("draft_prefill_activations", draft_weights or weights),
-                       ("decode_activations", weights),
-                       ("draft_decode_activations", draft_weights or weights)):
+    for field, own, allowed in (
+            ("prefill_activations", weights, ACTIVATIONS),
+            ("draft_prefill_activations", draft_weights or weights, ACTIVATIONS),
+            ("decode_activations", weights, PASS_ACTIVATIONS),
+            ("draft_decode_activations", draft_weights or weights, PASS_ACTIVATIONS)):
         value = cfg.model.get(field)
         if value is not None:
             try:
-                check_activations(value, own or "float32", field)
+                check_activations(value, own or "float32", field, allowed)
             except ValueError as e:
                 raise ConfigError(f"model.{field}", str(e)) from None
     from specjax.prompts import SUITES

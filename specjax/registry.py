@@ -28,7 +28,7 @@ from specjax.models.config import tiny_config
 from specjax.models.decoder import Decoder
 from specjax.models.hf import find_checkpoint
 from specjax.models.loader import MODEL_NAMES, LoadedModel, load_gguf, load_hf
-from specjax.models.quant import WEIGHT_FORMATS, check_activations
+from specjax.models.quant import PASS_ACTIVATIONS, WEIGHT_FORMATS, check_activations
 from specjax.models.toy import ToyLoaded, load_toy
 
 
@@ -83,7 +83,7 @@ def load_model(name: str, cache_dir=None, weights: str | None = None,
     prefix = next((p for p in PREFIXES if name.startswith(p)), None)
     own = weights or ("float32" if prefix else default_weights())
     check_activations(prefill_activations, own)
-    check_activations(decode_activations, own, "decode_activations")
+    check_activations(decode_activations, own, "decode_activations", PASS_ACTIVATIONS)
     if prefix is not None:
         if weights not in (None, "float32"):
             raise ValueError(f"load_model: weights={weights!r} applies to the GGUF and Hugging "

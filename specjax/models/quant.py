@@ -149,8 +149,9 @@ _PASS = contextvars.ContextVar("specjax_pass_rows", default="float32")
 
 
 def check_activations(activations: str, weight_format: str,
-                      field: str = "prefill_activations") -> str:
-    allowed = ACTIVATIONS if field.endswith("prefill_activations") else PASS_ACTIVATIONS
+                      field: str = "prefill_activations", allowed=ACTIVATIONS) -> str:
+    """``activations`` for ``field`` (``allowed``: ``ACTIVATIONS`` for a prefill,
+    ``PASS_ACTIVATIONS`` for the other passes) with weights of ``weight_format``."""
     if activations not in allowed:
         raise ValueError(f"{field} must be one of {list(allowed)}, got {activations!r}")
     if activations == "int8" and weight_format != "int8":

@@ -92,3 +92,28 @@ def decoder_law(model, prompt, n):
         out = {s + (t,): pr * pt for s, pr in out.items()
                for t, pt in enumerate(law(list(prompt) + list(s)))}
     return out
+
+
+def greedy_sd_and_ar(target, draft, drafter, max_new_tokens=8):
+    """(speculative, autoregressive) greedy tokens on ``DEC_PROMPTS``, token verifier: every
+    exactness test of a new pass or drafter asserts the two equal."""
+    kw = dict(sampling=GREEDY, max_new_tokens=max_new_tokens, progress=False,
+              compiler_options=FAST)
+    ar = generate(target, DEC_PROMPTS, **kw)
+    sd = generate(target, DEC_PROMPTS, draft=draft, drafter=drafter, verifier="token", **kw)
+    return sd.tokens, ar.tokens
+
+
+def prefill_changes_cache(model, reference, prompt=DEC_PROMPTS[2]) -> bool:
+    """Whether ``model``'s prefill of ``prompt`` leaves any float32 cache entry other than
+    ``reference``'s (an option that rounds the prefill's rows must change it)."""
+    from specjax.models.passes import JittedPasses
+
+    def cache_of(m):
+        jp = JittedPasses(m, FAST)
+        return jp.prefill(jp.init_cache(32, len(prompt)), jnp.asarray(prompt, jnp.int32),
+                          len(prompt))
+
+    pairs = zip(jax.tree.leaves(cache_of(model)), jax.tree.leaves(cache_of(reference)),
+                strict=True)
+    return any(x.dtype == jnp.float32 and not np.array_equal(x, y) for x, y in pairs)

@@ -152,12 +152,23 @@ def vnni() -> bool:
     return "avx512_vnni" in hardware.cpuinfo("flags").split() and available()
 
 
+#: ``specjax_w8a8_forms``' bits: AMX tiles for many rows, the stored block read directly for a
+#: few rows.
+AMX_FORM, FEW_ROWS_FORM = 1, 2
+
+
+def _w8a8_forms(amx: int = -1, few_rows: int = -1) -> int:
+    """The W8A8 kernel's forms this build has and that are on (bits), after turning each on (1)
+    or off (0); -1 leaves it."""
+    return int(_state["lib"].specjax_w8a8_forms(amx, few_rows))
+
+
 def amx() -> bool:
     """Whether the W8A8 kernel's many-row products (16 rows or more) take AMX-INT8 tiles here:
-    the CPU has them and the build has the AMX form. Linux must also grant the tile state;
-    where it refuses, the kernel quietly runs its VNNI form (the same bits)."""
+    the CPU has them, the build has the AMX form and it is on. Linux must also grant the tile
+    state; where it refuses, the kernel quietly runs its VNNI form (the same bits)."""
     return ("amx_int8" in hardware.cpuinfo("flags").split() and vnni()
-            and _state["lib"].specjax_set_amx(int(_state.get("amx", True))) == 1)
+            and bool(_w8a8_forms() & AMX_FORM))
 
 
 @contextlib.contextmanager
@@ -169,16 +180,11 @@ def w8a8_forms(amx: bool = True, few_rows: bool = True):
     if not vnni():
         yield
         return
-    lib = _state["lib"]
-    before = (bool(_state.get("amx", True)), bool(_state.get("few_rows", True)))
     with _lock:
-        _state["amx"], _state["few_rows"] = amx, few_rows
-        lib.specjax_set_amx(int(amx))
-        lib.specjax_set_few_rows(int(few_rows))
+        before = _w8a8_forms()
+        _w8a8_forms(int(amx), int(few_rows))
     try:
         yield
     finally:
         with _lock:
-            _state["amx"], _state["few_rows"] = before
-            lib.specjax_set_amx(int(before[0]))
-            lib.specjax_set_few_rows(int(before[1]))
+            _w8a8_forms(int(bool(before & AMX_FORM)), int(bool(before & FEW_ROWS_FORM)))

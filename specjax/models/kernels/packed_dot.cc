@@ -287,7 +287,7 @@ int64_t Unit(const ProblemQQ& p);
 #ifdef __AVX512VNNI__
 constexpr bool kVnni = true;
 constexpr int kRowsVnni = 6;
-std::atomic<bool> few_rows_direct{true};  // specjax_set_few_rows: tests compare both forms
+std::atomic<bool> few_rows_direct{true};  // specjax_w8a8_forms: tests compare both forms
 
 // Block [kp, 32] -> w [kp / 4][2 halves][16 outputs][4 columns], corr[g][o] = -128 * sum_{k in g} q.
 void RepackVnni(const int8_t* q, int64_t kp, int64_t group, int8_t* w, int32_t* corr) {
@@ -391,7 +391,7 @@ bool AmxPermitted() {
   return ok;
 }
 
-std::atomic<bool> amx_enabled{true};  // specjax_set_amx: tests compare both forms
+std::atomic<bool> amx_enabled{true};  // specjax_w8a8_forms: tests compare both forms
 
 bool UseAmx(const ProblemQQ& p) {
   return p.group == 64 && p.rows >= 16 && amx_enabled.load(std::memory_order_relaxed) &&
@@ -417,10 +417,9 @@ void PanelAmx(const ProblemQQ& p, const uint8_t* x, int64_t ldx, const int8_t* w
   for (int64_t g = 0; g < p.k / 64; ++g) {
     const uint8_t* xg = x + g * 64;
     const int8_t* wg = w + g * 64 * kBlock;
-#ifndef SPECJAX_AMX_NOPF
     if ((g + 2) * 64 < p.k)  // the rows' lines two groups on, from L2 (strided: no prefetcher)
-      for (int r = 0; r < kAmxRows; ++r) _mm_prefetch(reinterpret_cast<const char*>(xg + r * ldx + 128), _MM_HINT_T0);
-#endif
+      for (int r = 0; r < kAmxRows; ++r)
+        _mm_prefetch(reinterpret_cast<const char*>(xg + r * ldx + 128), _MM_HINT_T0);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -464,7 +463,8 @@ void BlocksAmx(const ProblemQQ& p, int64_t lo, int64_t hi, int8_t* w, int32_t* c
   }
   for (int64_t b = lo; b < hi; ++b) {
     RepackVnni(p.q + b * p.k * kBlock, p.k, p.group, w, corr);
-    for (int64_t r = 0; r < full; r += kAmxRows) PanelAmx(p, p.x + r * p.k, p.k, w, corr, r, b, kAmxRows);
+    for (int64_t r = 0; r < full; r += kAmxRows)
+      PanelAmx(p, p.x + r * p.k, p.k, w, corr, r, b, kAmxRows);
     if (left) PanelAmx(p, last.data(), p.k, w, corr, full, b, left);
   }
   _tile_release();
@@ -768,9 +768,13 @@ ffi::Error Q8Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer q, ffi
                                        "columns)");
   p.group = p.k / groups;
 #ifdef __AVX512VNNI__
-  // The rows quantized once per call on the calling thread, before any block starts (Run).
-  std::vector<uint8_t> xq(p.rows * p.k);
-  std::vector<float> sx(p.rows);
+  // The rows quantized once per call on the calling thread, before any block starts (Run,
+  // which returns only when every block is done); buffers kept between calls (a decode step
+  // makes ~200 of them).
+  thread_local std::vector<uint8_t> xq;
+  thread_local std::vector<float> sx;
+  xq.resize(p.rows * p.k);
+  sx.resize(p.rows);
   QuantizeRows(static_cast<const float*>(x.untyped_data()), k, p.k, 0, p.rows, xq.data(),
                sx.data());
   p.x = xq.data();
@@ -784,29 +788,22 @@ ffi::Error Q8Q8Dot(ffi::ThreadPool pool, ffi::AnyBuffer x, ffi::AnyBuffer q, ffi
 
 }  // namespace
 
-// Whether the W8A8 kernel may take AMX tiles where the CPU and kernel allow them (tests run the
-// VNNI form on the same machine to compare). Returns whether this build has the AMX form.
-extern "C" int specjax_set_amx(int on) {
+// The W8A8 kernel's forms this build has and that are on: bit 0 AMX tiles (many rows), bit 1
+// the stored block read directly (a few rows). amx / few_rows: 1 turns that form on, 0 off
+// (its fallback then runs: the VNNI tiles, the rearranged copy), -1 leaves it; every form gives
+// the same bits, so this is for tests and timings (specjax.models.kernels.w8a8_forms).
+extern "C" int specjax_w8a8_forms(int amx, int few_rows) {
+  int on = 0;
 #ifdef __AMX_INT8__
-  amx_enabled.store(on != 0);
-  return 1;
-#else
-  (void)on;
-  return 0;
+  if (amx >= 0) amx_enabled.store(amx != 0);
+  on |= amx_enabled.load() ? 1 : 0;
 #endif
-}
-
-// Whether the W8A8 kernel's few-row products read the stored block directly (FewVnni) or
-// through the rearranged copy (tests compare the two forms' bits). Returns whether the build
-// has the direct form.
-extern "C" int specjax_set_few_rows(int on) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
-  few_rows_direct.store(on != 0);
-  return 1;
-#else
-  (void)on;
-  return 0;
+  if (few_rows >= 0) few_rows_direct.store(few_rows != 0);
+  on |= few_rows_direct.load() ? 2 : 0;
 #endif
+  (void)amx, (void)few_rows;
+  return on;
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(specjax_q8dot, Q8Dot,

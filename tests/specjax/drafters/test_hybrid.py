@@ -7,30 +7,16 @@ drafts from a fresh prefill of the same history, and a mutant that commits the n
 scratch after a lookup step does not."""
 
 import dataclasses
-from collections import Counter
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from exactness import (
-    DEC_PROMPTS,
-    FAST,
-    FPR,
-    GREEDY,
-    N_NEW,
-    PROMPT,
-    SEEDS,
-    exact_first_tokens,
-    tiny_decoder,
-)
+from exactness import FPR, GREEDY, PROMPT, greedy_sd_and_ar, tiny_decoder, toy_fit
 
-from algorithms.exact.monte_carlo import chi_square
 from algorithms.verifiers.base import Verdict
-from specjax import generate
 from specjax.drafters import HybridDrafter
-from specjax.models.sampling import Sampling
-from specjax.models.toy import ToyLoaded, load_toy
+from specjax.models.toy import ToyLoaded
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -50,15 +36,6 @@ class UnsyncedHybrid(HybridDrafter):
     def update(self, model, state, drafts, verdict, n, *, scratch):
         cache, looked_up = state
         return self.commit(model, cache, verdict, n, drafted=self.L), looked_up
-
-
-def hybrid_fit(drafter, prompt=PROMPT, seed=0):
-    target, draft = load_toy("toy-target"), load_toy("toy-draft")
-    res = generate(target, [prompt] * SEEDS, draft=draft, drafter=drafter, verifier="token",
-                   sampling=Sampling(temperature=1.0), max_new_tokens=N_NEW, seed=seed,
-                   progress=False, compiler_options=FAST)
-    counts = Counter(tuple(t) for t in res.tokens)
-    return chi_square(counts, exact_first_tokens(target, prompt, N_NEW, 1.0, 0))
 
 
 def test_bad_values_are_refused_naming_the_field():
@@ -86,12 +63,12 @@ def test_both_kinds_of_step_occur_on_the_toy_prompt():
 
 @pytest.mark.parametrize("L", [2, 3])
 def test_sampled_law_matches_target(L):
-    fit = hybrid_fit(HybridDrafter(L=L))
+    fit, _ = toy_fit(HybridDrafter(L=L))
     assert fit.passes(FPR), fit
 
 
 def test_misreporting_the_lookup_q_fails():
-    fit = hybrid_fit(LyingLookup(L=3))
+    fit, _ = toy_fit(LyingLookup(L=3))
     assert not fit.passes(FPR), fit
 
 
@@ -132,9 +109,6 @@ def test_the_draft_cache_catches_up_after_a_lookup_step():
 def test_greedy_speculative_equals_autoregressive(L):
     target = ToyLoaded(name="tiny-target", model=tiny_decoder("float32", seed=0))
     draft = ToyLoaded(name="tiny-draft", model=tiny_decoder("float32", seed=1))
-    kw = dict(sampling=GREEDY, max_new_tokens=10, progress=False, compiler_options=FAST)
-    ar = generate(target, DEC_PROMPTS, **kw)
-    sd = generate(target, DEC_PROMPTS, draft=draft, drafter=HybridDrafter(L=L),
-                  verifier="token", **kw)
-    assert sd.tokens == ar.tokens
-    assert jax.tree.leaves(sd.tokens)  # something was generated
+    sd, ar = greedy_sd_and_ar(target, draft, HybridDrafter(L=L), max_new_tokens=10)
+    assert sd == ar
+    assert jax.tree.leaves(sd)  # something was generated

@@ -7,12 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from exactness import DEC_PROMPTS, FAST, GREEDY, tiny_decoder
+from exactness import greedy_sd_and_ar, prefill_changes_cache, tiny_decoder
 
-from specjax import generate, load_model
+from specjax import load_model
 from specjax.drafters import ModelDrafter
 from specjax.models import quant
-from specjax.models.passes import JittedPasses
 from specjax.models.toy import ToyLoaded
 
 
@@ -43,7 +42,8 @@ def test_bad_values_are_refused_naming_the_field():
     with pytest.raises(ValueError, match="prefill_activations='bfloat16' needs float32 weights"):
         quant.check_activations("bfloat16", "int8")
     with pytest.raises(ValueError, match="decode_activations must be one of"):
-        quant.check_activations("bfloat16", "float32", "decode_activations")
+        quant.check_activations("bfloat16", "float32", "decode_activations",
+                                quant.PASS_ACTIVATIONS)
     with pytest.raises(ValueError, match="decode_activations must be one of"):
         load_model("toy-target", decode_activations="bfloat16")
 
@@ -56,24 +56,11 @@ def bf16_target():
 
 
 def test_bf16_prefill_changes_the_prompts_cache(bf16_target):
-    prompt = jnp.asarray(DEC_PROMPTS[2], jnp.int32)
-    n = len(DEC_PROMPTS[2])
-
-    def cache_of(model):
-        jp = JittedPasses(model, FAST)
-        return jp.prefill(jp.init_cache(32, n), prompt, n)
-
-    pairs = zip(jax.tree.leaves(cache_of(bf16_target.model)),
-                jax.tree.leaves(cache_of(tiny_decoder("float32", packed=True, seed=0))),
-                strict=True)
-    assert any(x.dtype == jnp.float32 and not np.array_equal(x, y) for x, y in pairs)
+    assert prefill_changes_cache(bf16_target.model, tiny_decoder("float32", packed=True, seed=0))
 
 
 @pytest.mark.parametrize("L", [1, 3])
 def test_greedy_speculative_equals_autoregressive_with_a_bf16_prefill(bf16_target, L):
     draft = ToyLoaded(name="tiny-draft", model=tiny_decoder("float32", seed=1))
-    kw = dict(sampling=GREEDY, max_new_tokens=8, progress=False, compiler_options=FAST)
-    ar = generate(bf16_target, DEC_PROMPTS, **kw)
-    sd = generate(bf16_target, DEC_PROMPTS, draft=draft, drafter=ModelDrafter(K=1, L=L),
-                  verifier="token", **kw)
-    assert sd.tokens == ar.tokens
+    sd, ar = greedy_sd_and_ar(bf16_target, draft, ModelDrafter(K=1, L=L))
+    assert sd == ar

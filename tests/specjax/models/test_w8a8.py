@@ -9,7 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from exactness import DEC_PROMPTS, FAST, FPR, GREEDY, SEEDS, decoder_law, tiny_decoder
+from exactness import (
+    DEC_PROMPTS,
+    FAST,
+    FPR,
+    SEEDS,
+    decoder_law,
+    greedy_sd_and_ar,
+    prefill_changes_cache,
+    tiny_decoder,
+)
 
 from algorithms.exact.monte_carlo import chi_square
 from specjax import generate, load_model
@@ -85,38 +94,32 @@ def test_each_form_gives_the_integer_sums(form, rows, K, out):
 
 
 # 16+ rows take AMX tiles where the CPU has them: a panel of 32, a short last panel of 17 and
-# of 31 rows (one and two row tiles), a partial last block (45, 200 outputs), many groups
-AMX_SHAPES = [(16, 64, 32), (17, 100, 45), (63, 256, 300), (70, 1536, 200)]
+# of 31 rows (one and two row tiles), a partial last block (45, 200 outputs), many groups. Up to
+# 11 rows (a decode step, a tree pass) read the stored block directly, permuted in registers:
+# one row (4 blocks side by side), 2-3 rows (2 blocks), 9 and 11 rows (one block).
+FORM_CASES = [
+    *(pytest.param("amx", *shape, marks=needs_amx) for shape in
+      [(16, 64, 32), (17, 100, 45), (63, 256, 300), (70, 1536, 200)]),
+    *(pytest.param("few_rows", *shape, marks=needs_vnni) for shape in
+      [(1, 64, 32), (1, 256, 300), (3, 192, 130), (9, 100, 45), (11, 1536, 70)]),
+]
 
 
-@needs_amx
-@pytest.mark.parametrize("rows, K, out", AMX_SHAPES)
-def test_amx_tiles_give_the_integer_sums_and_the_vnni_forms_bits(rows, K, out):
+@pytest.mark.parametrize("form, rows, K, out", FORM_CASES)
+def test_each_kernel_form_gives_the_integer_sums_and_its_fallbacks_bits(form, rows, K, out):
+    """AMX tiles against the VNNI tiles, the stored block read directly against the
+    rearranged copy: the same integer sums folded by the same float32 chain, so the same bits,
+    and a row's logits do not depend on which form the CPU takes."""
     x, w, u, sx = case(rows, K, out, seed=rows)
-    with kernels.w8a8_forms(amx=True):
-        amx = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(x, w))
-    with kernels.w8a8_forms(amx=False):
-        vnni = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(x, w))
-    want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
-    np.testing.assert_allclose(amx, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
-    # the same integer sums folded by the same float32 chain: the same bits, so a prompt's
-    # logits do not depend on which form the CPU takes
-    np.testing.assert_array_equal(amx, vnni)
 
+    def kernel(on):
+        with kernels.w8a8_forms(**{form: on}):  # a new function: jit caches by function
+            return np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(x, w))
 
-@needs_vnni
-@pytest.mark.parametrize("rows, K, out", [(1, 64, 32), (9, 100, 45), (12, 1536, 70)])
-def test_few_rows_read_the_stored_block_with_the_same_bits(rows, K, out):
-    """A decode step or a tree pass reads the stored block directly (permuted in registers);
-    many rows read it rearranged: the same integer sums and chain, so the same bits."""
-    x, w, u, sx = case(rows, K, out, seed=rows)
-    with kernels.w8a8_forms(few_rows=True):
-        direct = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(x, w))
-    with kernels.w8a8_forms(few_rows=False):
-        copied = np.asarray(jax.jit(lambda *a: quant._w8a8_kernel(*a))(x, w))
+    got, fallback = kernel(True), kernel(False)
     want = exact(np.asarray(u), np.asarray(sx, np.float64), w)
-    np.testing.assert_allclose(direct, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
-    np.testing.assert_array_equal(direct, copied)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6 * np.abs(want).max())
+    np.testing.assert_array_equal(got, fallback)
 
 
 @needs_vnni
@@ -161,29 +164,20 @@ def w8a8_target():
 
 
 def test_prefill_with_int8_rows_changes_the_prompts_cache(w8a8_target):
-    prompt = jnp.asarray(DEC_PROMPTS[2], jnp.int32)
-    n = len(DEC_PROMPTS[2])
-    w8a8 = JittedPasses(w8a8_target.model, FAST).prefill(
-        JittedPasses(w8a8_target.model, FAST).init_cache(32, n), prompt, n)
-    plain = tiny_decoder("int8", seed=0)
-    ref = JittedPasses(plain, FAST).prefill(JittedPasses(plain, FAST).init_cache(32, n), prompt, n)
-    pairs = zip(jax.tree.leaves(w8a8), jax.tree.leaves(ref), strict=True)
-    assert any(x.dtype == jnp.float32 and not np.array_equal(x, y) for x, y in pairs)
+    assert prefill_changes_cache(w8a8_target.model, tiny_decoder("int8", seed=0))
 
 
 @pytest.mark.parametrize("L", [1, 3])
 def test_greedy_speculative_equals_autoregressive_with_int8_rows(w8a8_target, L):
     draft = ToyLoaded(name="tiny-draft", model=tiny_decoder("int8", seed=1))
-    kw = dict(sampling=GREEDY, max_new_tokens=8, progress=False, compiler_options=FAST)
-    ar = generate(w8a8_target, DEC_PROMPTS, **kw)
-    sd = generate(w8a8_target, DEC_PROMPTS, draft=draft, drafter=ModelDrafter(K=1, L=L),
-                  verifier="token", **kw)
-    assert sd.tokens == ar.tokens
+    sd, ar = greedy_sd_and_ar(w8a8_target, draft, ModelDrafter(K=1, L=L))
+    assert sd == ar
 
 
 def test_decode_rows_are_refused_naming_their_field():
     with pytest.raises(ValueError, match="decode_activations must be one of"):
-        quant.check_activations("int4", "int8", "decode_activations")
+        quant.check_activations("int4", "int8", "decode_activations",
+                                quant.PASS_ACTIVATIONS)
     with pytest.raises(ValueError, match="decode_activations='int8' needs int8 weights"):
         load_model("toy-target", decode_activations="int8")
 
@@ -245,11 +239,8 @@ def test_greedy_speculative_equals_autoregressive_with_int8_rows_in_every_pass(
     draft_model = tiny_decoder("int8", seed=1)
     draft_model.decode_activations = "int8"
     draft = ToyLoaded(name="tiny-draft", model=draft_model)
-    kw = dict(sampling=GREEDY, max_new_tokens=8, progress=False, compiler_options=FAST)
-    ar = generate(w8a8_passes_target, DEC_PROMPTS, **kw)
-    sd = generate(w8a8_passes_target, DEC_PROMPTS, draft=draft,
-                  drafter=ModelDrafter(K=1, L=L), verifier="token", **kw)
-    assert sd.tokens == ar.tokens
+    sd, ar = greedy_sd_and_ar(w8a8_passes_target, draft, ModelDrafter(K=1, L=L))
+    assert sd == ar
 
 
 @pytest.mark.slow  # ~50 s on 2 cores; the default suite keeps the greedy and bit-equality tests
